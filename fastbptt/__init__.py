@@ -1,0 +1,17 @@
+"""Exact backpropagation-through-time gradients for Elman RNNs, from Numba kernels.
+
+``fastbptt.grad(x, y, params)`` returns the gradients of the summed loss of the model
+h_t = f(U x_t + W h_{t-1} + b), o_t = V h_t + c, with optional truncation, in the
+structure of ``params``. `fastbptt.reference` computes the same numbers with readable
+NumPy loops.
+"""
+from ._results import BPTTResult, ForwardResult
+from .api import bptt, forward, grad, loss, value_and_grad
+from .gradcheck import check_grad
+from .params import Params, init_params
+
+__all__ = [
+    "BPTTResult", "ForwardResult", "Params", "bptt", "check_grad", "forward", "grad",
+    "init_params", "loss", "value_and_grad",
+]
+__version__ = "0.1.0"

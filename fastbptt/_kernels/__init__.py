@@ -1,0 +1,1 @@
+"""Numba kernels. Private: they trust their arguments, which `fastbptt._inputs` has checked."""

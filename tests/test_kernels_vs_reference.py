@@ -1,0 +1,92 @@
+"""The Numba kernels against the NumPy reference over a grid of every option.
+
+Tolerances are relative to the largest entry of each reference gradient: 1e-10 in
+float64, 1e-4 in float32.
+"""
+import itertools
+
+import numpy as np
+import pytest
+
+import fastbptt
+from fastbptt import reference
+from conftest import ACTIVATIONS, LOSSES, TRUNCATIONS, make_problem, truncation_id
+
+TOLERANCE = {np.float64: 1e-10, np.float32: 1e-4}
+# bias, x as ids, y as ids, h0 given, lengths given
+LAYOUTS = list(itertools.product([True, False], repeat=5))
+
+
+def relative_error(actual, expected):
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    scale = np.abs(expected).max(initial=0.0)
+    if scale == 0.0:
+        return float(np.abs(actual).max(initial=0.0))
+    return float(np.abs(actual - expected).max() / scale)
+
+
+def assert_agree(got, want, dtype):
+    """Every field of two BPTTResults agrees to the dtype's tolerance."""
+    tol = TOLERANCE[dtype]
+    assert isinstance(got.loss, float)
+    assert abs(got.loss - want.loss) <= tol * max(1.0, abs(want.loss))
+    assert type(got.grads) is type(want.grads)
+    for name, g, w in zip(want.grads._fields, got.grads, want.grads):
+        if w is None:
+            assert g is None, name
+            continue
+        assert g.dtype == dtype and g.shape == w.shape, name
+        assert relative_error(g, w) <= tol, (name, relative_error(g, w))
+    for name in ("h_final", "dh0"):
+        g, w = getattr(got, name), getattr(want, name)
+        assert g.dtype == dtype and g.shape == w.shape, name
+        assert relative_error(g, w) <= tol, (name, relative_error(g, w))
+
+
+@pytest.mark.parametrize("truncation", TRUNCATIONS, ids=truncation_id)
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_kernels_match_reference(rng, activation, loss, truncation):
+    truncate, stride = truncation
+    cases = itertools.product([np.float64, np.float32], [1, 3], [0, 1, 2, 17])
+    for n, (dtype, B, T) in enumerate(cases):
+        bias, x_ids, y_ids, with_h0, with_lengths = LAYOUTS[(n * 7 + len(str(truncation)))
+                                                            % len(LAYOUTS)]
+        x, y, params, options = make_problem(
+            rng, B=B, T=T, H=7, C=3, dtype=dtype, bias=bias, x_ids=x_ids, y_ids=y_ids,
+            with_h0=with_h0, with_lengths=with_lengths)
+        options.update(truncate=truncate, stride=stride, activation=activation, loss=loss)
+        assert_agree(fastbptt.bptt(x, y, params, **options),
+                     reference.bptt(x, y, params, **options), dtype)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS,
+                         ids=lambda v: "-".join(str(int(f)) for f in v))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_layout_matches_reference(rng, dtype, layout):
+    bias, x_ids, y_ids, with_h0, with_lengths = layout
+    for truncation in [(None, 1), (3, 1), (4, 4), (5, 2)]:
+        for batch in (True, False):
+            x, y, params, options = make_problem(
+                rng, B=3, T=17, H=5, C=3, dtype=dtype, bias=bias, x_ids=x_ids,
+                y_ids=y_ids, with_h0=with_h0, with_lengths=with_lengths, batch=batch)
+            options.update(truncate=truncation[0], stride=truncation[1])
+            assert_agree(fastbptt.bptt(x, y, params, **options),
+                         reference.bptt(x, y, params, **options), dtype)
+
+
+@pytest.mark.parametrize("truncate,stride", [(k, s) for k in (1, 2, 5, 9) for s in range(1, k + 1)])
+def test_every_stride_matches_reference(rng, truncate, stride):
+    x, y, params, options = make_problem(rng, B=3, T=23, H=9, C=5, with_h0=True,
+                                         with_lengths=True)
+    options.update(truncate=truncate, stride=stride)
+    assert_agree(fastbptt.bptt(x, y, params, **options),
+                 reference.bptt(x, y, params, **options), np.float64)
+
+
+def test_window_longer_than_sequence_is_full_bptt(rng):
+    x, y, params, options = make_problem(rng, B=3, T=12, with_h0=True)
+    full = fastbptt.bptt(x, y, params, **options)
+    for truncate, stride in [(12, 1), (100, 1), (12, 12), (100, 100)]:
+        cut = fastbptt.bptt(x, y, params, truncate=truncate, stride=stride, **options)
+        assert_agree(cut, full, np.float64)
