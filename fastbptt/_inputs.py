@@ -32,6 +32,7 @@ class Problem:
     y_ids: bool
     lengths: np.ndarray              # (B,) int64, 0 <= lengths <= T
     h0: np.ndarray                   # (B, H), zeros when not given
+    h0_given: bool                   # dL/dh0 is reported only for an h0 that was passed
     params: Params                   # contiguous arrays of the compute dtype; b, c may be None
     rebuild: Callable                # Params of gradients -> the caller's structure
     activation: int
@@ -272,5 +273,6 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
 
     return Problem(single=single, x=np.ascontiguousarray(xc), ids=ids,
                    y=None if yc is None else np.ascontiguousarray(yc), y_ids=y_ids,
-                   lengths=lens, h0=h0c, params=p, rebuild=rebuild, activation=act,
+                   lengths=lens, h0=h0c, h0_given=h0 is not None, params=p, rebuild=rebuild,
+                   activation=act,
                    loss=loss_code, truncate=truncate, stride=stride)

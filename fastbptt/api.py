@@ -115,11 +115,13 @@ def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="soft
     -------
     BPTTResult
         ``loss`` (float), ``grads`` (structure of ``params``), ``h_final`` and ``dh0``
-        ((H,) for one sequence, (B, H) for a batch).
+        ((H,) for one sequence, (B, H) for a batch; ``dh0`` is zeros when h0 is None).
     """
     problem = prepare(x, y, params, truncate=truncate, stride=stride, activation=activation,
                       loss=loss, h0=h0, lengths=lengths)
     total, grads, h_final, dh0 = _solve(problem)
+    if not problem.h0_given:
+        dh0[:] = 0
     if problem.single:
         h_final, dh0 = h_final[0], dh0[0]
     return BPTTResult(total, pack_grads(problem, grads), h_final, dh0)

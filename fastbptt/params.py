@@ -78,8 +78,9 @@ def init_params(input_size, hidden_size, output_size, *, bias=True, dtype=np.flo
 def read_structure(params):
     """Split ``params`` into a `Params` of raw values and a function that rebuilds the structure.
 
-    Accepts a `Params`, a dict with keys U, W, V and optionally b, c, or a tuple/list
-    (U, W, V) or (U, W, V, b, c).
+    Accepts a `Params`, a dict with keys U, W, V and optionally b, c (rebuilt in the
+    caller's key order), or a tuple or list (U, W, V) or (U, W, V, b, c) (rebuilt as the
+    same type; other tuple subclasses come back as plain tuples).
     """
     if isinstance(params, Params):
         return params, lambda g: g
@@ -96,14 +97,13 @@ def read_structure(params):
                 f"params has unknown key(s) {', '.join(map(repr, extra))}; valid keys are "
                 "'U', 'W', 'V', 'b', 'c'"
             )
-        keys = [k for k in NAMES if k in params]
+        keys = list(params)                       # the caller's order
         value = Params(*(params.get(k) for k in NAMES))
         return value, lambda g: {k: getattr(g, k) for k in keys}
     if isinstance(params, (tuple, list)):
-        if len(params) == 3:
-            return Params(*params), lambda g: (g.U, g.W, g.V)
-        if len(params) == 5:
-            return Params(*params), lambda g: tuple(g)
+        kind = type(params) if type(params) in (tuple, list) else tuple
+        if len(params) in (3, 5):
+            return Params(*params), lambda g: kind(g[:len(params)])
         raise ValueError(
             f"params as a sequence must be (U, W, V) or (U, W, V, b, c); got {len(params)} items"
         )

@@ -133,6 +133,8 @@ def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="soft
     problem = prepare(x, y, params, truncate=truncate, stride=stride, activation=activation,
                       loss=loss, h0=h0, lengths=lengths)
     total, grads, h_final, dh0 = _solve(problem)
+    if not problem.h0_given:
+        dh0[:] = 0
     return BPTTResult(total, pack_grads(problem, grads),
                       h_final[0] if problem.single else h_final,
                       dh0[0] if problem.single else dh0)

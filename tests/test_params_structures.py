@@ -1,0 +1,188 @@
+"""Every params structure goes in and comes back out as itself; init_params; bad structures."""
+import numpy as np
+import pytest
+
+import fastbptt
+from fastbptt import reference
+from fastbptt.params import read_structure
+
+L, H, C, T = 5, 7, 3, 6
+NAMES = ("U", "W", "V", "b", "c")
+
+
+def arrays(bias, seed=0):
+    return list(fastbptt.init_params(L, H, C, bias=bias, dtype=np.float64, seed=seed))[
+        : 5 if bias else 3]
+
+
+STRUCTURES = {
+    "dict3": lambda a: dict(zip(NAMES, a[:3])),
+    "dict5": lambda a: dict(zip(NAMES, a)),
+    "tuple3": lambda a: tuple(a[:3]),
+    "tuple5": lambda a: tuple(a),
+    "list5": lambda a: list(a),
+    "Params3": lambda a: fastbptt.Params(*a[:3]),
+    "Params5": lambda a: fastbptt.Params(*a),
+}
+
+
+def has_bias(name):
+    return name.endswith("5")
+
+
+def entries(structure):
+    """{name: array} of a gradient structure, whatever its kind (missing biases left out)."""
+    if isinstance(structure, dict):
+        return dict(structure)
+    return {k: v for k, v in zip(NAMES, structure) if v is not None}
+
+
+def data(seed=1):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, L, T), rng.integers(0, C, T)
+
+
+def call(fn, params):
+    x, y = data()
+    if fn == "grad":
+        return fastbptt.grad(x, y, params, truncate=3)
+    if fn == "value_and_grad":
+        loss, grads = fastbptt.value_and_grad(x, y, params, truncate=3)
+        assert type(loss) is float
+        return grads
+    if fn == "reference":
+        return reference.grad(x, y, params, truncate=3)
+    return fastbptt.bptt(x, y, params, truncate=3).grads
+
+
+@pytest.mark.parametrize("fn", ["grad", "value_and_grad", "bptt", "reference"])
+@pytest.mark.parametrize("name", STRUCTURES)
+def test_structure_round_trip(name, fn):
+    a = arrays(has_bias(name))
+    params = STRUCTURES[name](a)
+    grads = call(fn, params)
+    assert type(grads) is type(params)
+    if isinstance(params, dict):
+        assert list(grads) == list(params)
+    else:
+        assert len(grads) == len(params)
+    if isinstance(params, fastbptt.Params) and not has_bias(name):
+        assert grads.b is None and grads.c is None
+    got = entries(grads)
+    assert list(got) == list(NAMES[: len(a)])
+    for (key, g), p in zip(got.items(), a):
+        assert g.shape == p.shape and g.dtype == p.dtype, key
+        assert np.abs(g).max() > 0, key
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_structures_agree(bias):
+    a = arrays(bias)
+    results = {name: entries(fastbptt.grad(*data(), make(a), truncate=3))
+               for name, make in STRUCTURES.items() if has_bias(name) == bias}
+    first = next(iter(results.values()))
+    for name, got in results.items():
+        assert got.keys() == first.keys(), name
+        for key in got:
+            assert np.array_equal(got[key], first[key]), (name, key)
+
+
+def test_bias_changes_gradients():
+    """The biased structures really use b and c (guards the comparison above)."""
+    a = arrays(True)
+    with_bias = fastbptt.grad(*data(), tuple(a))
+    without = fastbptt.grad(*data(), tuple(a[:3]))
+    assert not np.allclose(with_bias[0], without[0])
+
+
+def test_read_structure_kinds():
+    a = arrays(True)
+    for kind in (tuple, list):
+        value, rebuild = read_structure(kind(a))
+        assert isinstance(value, fastbptt.Params)
+        assert all(v is p for v, p in zip(value, a))
+        assert type(rebuild(value)) is kind and len(rebuild(value)) == 5
+        value, rebuild = read_structure(kind(a[:3]))
+        assert value.b is None and value.c is None
+        assert type(rebuild(value)) is kind and len(rebuild(value)) == 3
+
+
+def test_dict_keys_in_any_order():
+    a = arrays(True)
+    shuffled = {"c": a[4], "V": a[2], "U": a[0], "b": a[3], "W": a[1]}
+    grads = fastbptt.grad(*data(), shuffled)
+    want = fastbptt.grad(*data(), tuple(a))
+    assert list(grads) == list(shuffled)        # the caller's key order
+    for key, w in zip(NAMES, want):
+        assert np.array_equal(grads[key], w), key
+
+
+# init_params -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_init_params_shapes_and_dtype(dtype):
+    p = fastbptt.init_params(L, H, C, dtype=dtype, seed=0)
+    assert isinstance(p, fastbptt.Params)
+    assert [a.shape for a in p] == [(H, L), (H, H), (C, H), (H,), (C,)]
+    assert all(a.dtype == dtype for a in p)
+    assert p.sizes == (L, H, C)
+    bound = 1 / np.sqrt(H)
+    assert all(np.abs(a).max() <= bound for a in p)
+    assert np.abs(p.W).max() > bound / 2          # actually spread over the range
+
+
+def test_init_params_defaults_and_no_bias():
+    p = fastbptt.init_params(L, H, C)
+    assert p.U.dtype == np.float32
+    q = fastbptt.init_params(L, H, C, bias=False, seed=0)
+    assert q.b is None and q.c is None
+    assert q.sizes == (L, H, C)
+    assert [a.shape for a in q[:3]] == [(H, L), (H, H), (C, H)]
+
+
+def test_init_params_seed():
+    same = [fastbptt.init_params(L, H, C, seed=42) for _ in range(2)]
+    other = fastbptt.init_params(L, H, C, seed=43)
+    from_gen = fastbptt.init_params(L, H, C, seed=np.random.default_rng(42))
+    for k in NAMES:
+        assert np.array_equal(getattr(same[0], k), getattr(same[1], k))
+        assert np.array_equal(getattr(same[0], k), getattr(from_gen, k))
+        assert not np.array_equal(getattr(same[0], k), getattr(other, k))
+
+
+def test_params_sizes():
+    U, W, V = np.zeros((H, L)), np.zeros((H, H)), np.zeros((C, H))
+    assert fastbptt.Params(U, W, V).sizes == (L, H, C)
+
+
+# bad structures ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra", ["X", "bias"])
+def test_unknown_dict_key(extra):
+    params = dict(zip(NAMES, arrays(True)), **{extra: np.zeros(H)})
+    with pytest.raises(ValueError) as info:
+        fastbptt.grad(*data(), params)
+    assert repr(extra) in str(info.value)
+
+
+@pytest.mark.parametrize("missing", ["U", "W", "V"])
+def test_missing_dict_key(missing):
+    params = {k: v for k, v in zip(NAMES, arrays(True)) if k != missing}
+    with pytest.raises(ValueError) as info:
+        fastbptt.grad(*data(), params)
+    message = str(info.value)
+    assert "missing" in message and repr(missing) in message.split(";")[0]
+
+
+@pytest.mark.parametrize("params", ["UWV", 3, None, np.zeros((3, 3))],
+                         ids=["str", "int", "None", "ndarray"])
+def test_not_a_structure(params):
+    with pytest.raises(TypeError):
+        fastbptt.grad(*data(), params)
+
+
+@pytest.mark.parametrize("n", [2, 4, 6])
+def test_wrong_sequence_length(n):
+    a = arrays(True) + [np.zeros(H)]
+    with pytest.raises(ValueError):
+        fastbptt.grad(*data(), tuple(a[:n]))
