@@ -8,10 +8,11 @@ NumPy loops.
 from ._results import BPTTResult, ForwardResult
 from .api import bptt, forward, grad, loss, value_and_grad
 from .gradcheck import check_grad
+from ._threads import get_num_threads, set_num_threads
 from .params import Params, init_params
 
 __all__ = [
-    "BPTTResult", "ForwardResult", "Params", "bptt", "check_grad", "forward", "grad",
-    "init_params", "loss", "value_and_grad",
+    "BPTTResult", "ForwardResult", "Params", "bptt", "check_grad", "forward",
+    "get_num_threads", "grad", "init_params", "loss", "set_num_threads", "value_and_grad",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,54 @@
+"""Thread control for the kernels.
+
+The kernels' parallel work is in their matrix products, which run in the BLAS that
+Numba calls: SciPy's OpenBLAS (a library separate from NumPy's). `set_num_threads`
+sets that library's thread count (and Numba's), leaving NumPy's own BLAS alone.
+"""
+from __future__ import annotations
+
+import os
+
+import numba
+
+__all__ = ["set_num_threads", "get_num_threads", "blas_info"]
+
+
+def _scipy_blas():
+    """threadpoolctl's controller for the BLAS that scipy.linalg.cython_blas uses, or None."""
+    import scipy.linalg.cython_blas  # noqa: F401  (loads the library)
+    from threadpoolctl import ThreadpoolController
+
+    controller = ThreadpoolController()
+    scipy_dir = os.sep + "scipy"
+    for lib in controller.lib_controllers:
+        if lib.user_api == "blas" and scipy_dir in lib.filepath:
+            return lib
+    return None
+
+
+def set_num_threads(n):
+    """Use ``n`` threads in the kernels' matrix products (and Numba's parallel loops).
+
+    Results are bitwise reproducible at a fixed thread count; they may differ in the
+    last bits between thread counts, as BLAS splits its sums differently.
+    """
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"n must be an int; got {type(n).__name__}")
+    if not 1 <= n <= os.cpu_count():
+        raise ValueError(f"n must lie in [1, {os.cpu_count()}] (the CPU count); got {n}")
+    lib = _scipy_blas()
+    if lib is not None:
+        lib.set_num_threads(n)
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def get_num_threads():
+    """The thread count of the kernels' matrix products."""
+    lib = _scipy_blas()
+    return lib.get_num_threads() if lib is not None else numba.get_num_threads()
+
+
+def blas_info():
+    """threadpoolctl's description of the BLAS the kernels call (dict), or {}."""
+    lib = _scipy_blas()
+    return {} if lib is None else lib.info()
