@@ -5,57 +5,74 @@ import numpy as np
 
 from ._inputs import prepare
 from ._kernels.backward import backward
+from ._kernels.blas import transpose_into
 from ._kernels.forward import forward as _forward_kernel
 from ._kernels.output import output_errors
 from ._results import BPTTResult, ForwardResult, pack_grads
+from ._workspace import workspace
 from .params import Params
 
 __all__ = ["grad", "value_and_grad", "bptt", "forward", "loss"]
 
 
-def _time_major(problem):
-    """Kernel inputs (T, B, ...) for x; the unused kind is an empty array of the same type."""
+def _kernel_inputs(problem):
+    """x for the kernels, steps as columns t B + b: ids (T B,) or dense (L, T B).
+
+    The kind not in use is an empty array, so each dtype compiles one signature.
+    """
     dtype = problem.dtype
     if problem.ids:
-        return np.ascontiguousarray(problem.x.T), np.empty((0, 0, 0), dtype), True
-    return np.empty((0, 0), np.int64), np.ascontiguousarray(problem.x.transpose(1, 0, 2)), False
+        return np.ascontiguousarray(problem.x.T).reshape(-1), np.empty((0, 0), dtype), True
+    dense = np.ascontiguousarray(problem.x.transpose(2, 1, 0)).reshape(-1, problem.T * problem.B)
+    return np.empty(0, np.int64), dense, False
 
 
-def _targets(problem):
+def _kernel_targets(problem):
+    """y for the kernels: ids (T B,) or dense (C, T B), the other empty."""
     if problem.y_ids:
-        return np.ascontiguousarray(problem.y.T), np.empty((0, 0, 0), problem.dtype)
-    return np.empty((0, 0), np.int64), np.ascontiguousarray(problem.y.transpose(1, 0, 2))
+        return np.ascontiguousarray(problem.y.T).reshape(-1), np.empty((0, 0), problem.dtype)
+    dense = np.ascontiguousarray(problem.y.transpose(2, 1, 0)).reshape(-1, problem.T * problem.B)
+    return np.empty(0, np.int64), dense
 
 
 def _bias(vector, size, dtype):
     return np.zeros(size, dtype) if vector is None else vector
 
 
+def _transposed_W(problem):
+    W = problem.params.W
+    WT = workspace.get("WT", W.shape, W.dtype)
+    transpose_into(W, WT)
+    return WT
+
+
 def _states(problem, x_ids, x_dense, ids):
-    """hs (T+1, B, H): hs[0] = h0 and hs[t + 1] = h_t, zero past each length."""
-    p = problem.params
+    """hs (H, T+1, B), a workspace view: hs[:, 0] = h0, hs[:, t + 1] = h_t (0 past lengths)."""
+    p, dtype = problem.params, problem.dtype
     L, H, C = p.sizes
-    hs = np.empty((problem.T + 1, problem.B, H), problem.dtype)
-    hs[0] = problem.h0
-    _forward_kernel(x_ids, x_dense, ids, np.ascontiguousarray(p.U.T),
-                    np.ascontiguousarray(p.W.T), _bias(p.b, H, problem.dtype),
+    hs = workspace.get("hs", (H, problem.T + 1, problem.B), dtype)
+    hs[:, 0] = problem.h0.T
+    _forward_kernel(x_ids, x_dense, ids, p.U, p.W, _bias(p.b, H, dtype),
                     problem.activation, problem.lengths, hs,
-                    np.empty((problem.B, H), problem.dtype))
+                    workspace.get("columns", (H * max(problem.B, 2),), dtype))
     return hs
 
 
 def _final_states(problem, hs):
-    return hs[problem.lengths, np.arange(problem.B)]
+    """(B, H): each sequence's state after its last real step."""
+    return np.ascontiguousarray(hs[:, problem.lengths, np.arange(problem.B)].T)
 
 
 def _errors(problem, hs):
-    """(loss, err (T, B, C))."""
+    """(loss, err (C, T B))."""
     p = problem.params
     L, H, C = p.sizes
-    y_ids, y_dense = _targets(problem)
-    err = np.empty((problem.T, problem.B, C), problem.dtype)
-    total = output_errors(hs[1:], np.ascontiguousarray(p.V.T), _bias(p.c, C, problem.dtype),
-                          problem.loss, y_ids, y_dense, problem.y_ids, problem.lengths, err)
+    y_ids, y_dense = _kernel_targets(problem)
+    n = problem.T * problem.B
+    err = workspace.get("err", (C, n), problem.dtype)
+    total = output_errors(hs, p.V, _bias(p.c, C, problem.dtype), problem.loss, y_ids, y_dense,
+                          problem.y_ids, problem.lengths, err,
+                          workspace.get("sums", (6, n), np.float64))
     return float(total), err
 
 
@@ -66,21 +83,28 @@ def _solve(problem):
     B, T = problem.B, problem.T
     dU, dW, dV = np.zeros_like(p.U), np.zeros_like(p.W), np.zeros_like(p.V)
     db, dc = np.zeros(H, dtype), np.zeros(C, dtype)
-    dh0 = np.zeros((B, H), dtype)
+    dh0 = np.zeros((H, B), dtype)
     total, h_final = 0.0, problem.h0.copy()
     if B and T:
-        x_ids, x_dense, ids = _time_major(problem)
+        x_ids, x_dense, ids = _kernel_inputs(problem)
         hs = _states(problem, x_ids, x_dense, ids)
         total, err = _errors(problem, hs)
         h_final = _final_states(problem, hs)
-        dU_kernel = np.empty((L, H) if ids else (H, L), dtype)
-        backward(hs, err, x_ids, x_dense, ids, p.W, p.V, problem.activation,
-                 problem.truncate or 0, problem.stride, problem.lengths,
-                 np.empty((T, B, H), dtype), np.empty((2, T, B, H), dtype),
-                 dU_kernel, dW, dV, db, dc, dh0)
-        dU = np.ascontiguousarray(dU_kernel.T) if ids else dU_kernel
+        k, s = problem.truncate, problem.stride
+        if k is None or (k >= T and s == 1):
+            chunk = T + 1                     # full BPTT: one sweep, never cut
+        elif s == k:
+            chunk = k                         # chunks: one sweep, cut at chunk starts
+        else:
+            chunk = 0                         # windows: lag-major
+        work = workspace.get("lags", (2, H, T * B) if chunk == 0 else (2, H, 0), dtype)
+        backward(hs, err, x_ids, x_dense, ids, _transposed_W(problem), p.V, problem.activation,
+                 chunk,
+                 k or 0, s, workspace.get("delta", (H, T * B), dtype),
+                 workspace.get("fprime", (H, T * B), dtype), work,
+                 workspace.get("columns", (2 * H,), dtype), dU, dW, dV, db, dc, dh0)
     grads = Params(dU, dW, dV, db if p.b is not None else None, dc if p.c is not None else None)
-    return total, grads, h_final, dh0
+    return total, grads, h_final, np.ascontiguousarray(dh0.T)
 
 
 def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="softmax_ce",
@@ -152,8 +176,8 @@ def forward(x, params, *, activation="tanh", h0=None, lengths=None):
     h = np.zeros((B, T, H), problem.dtype)
     probs = np.zeros((B, T, C), problem.dtype)
     if B and T:
-        hs = _states(problem, *_time_major(problem))
-        h = hs[1:].transpose(1, 0, 2)
+        hs = _states(problem, *_kernel_inputs(problem))
+        h = hs[:, 1:].transpose(2, 1, 0)
         logits = h @ p.V.T + (0 if p.c is None else p.c)
         logits -= logits.max(axis=-1, keepdims=True)
         np.exp(logits, out=logits)
@@ -170,5 +194,5 @@ def loss(x, y, params, *, activation="tanh", loss="softmax_ce", h0=None, lengths
     problem = prepare(x, y, params, activation=activation, loss=loss, h0=h0, lengths=lengths)
     if not (problem.B and problem.T):
         return 0.0
-    hs = _states(problem, *_time_major(problem))
+    hs = _states(problem, *_kernel_inputs(problem))
     return _errors(problem, hs)[0]

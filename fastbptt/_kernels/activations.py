@@ -1,40 +1,77 @@
-"""Activations and their derivatives, applied in place to rows of a state array.
+"""Activations and their derivatives on the rows of feature-major state arrays.
 
 Codes (shared with `fastbptt._inputs.ACTIVATIONS`): 0 tanh, 1 sigmoid, 2 relu, 3 identity.
-Derivatives are read off the output h = f(a) (SPEC.md §2).
+Derivatives are read off the output h = f(a) (SPEC.md §2). float32 arrays use the
+vectorizable functions of `mathfuncs`; float64 arrays use libm.
 """
 import numpy as np
 
 from ._jit import jit
+from .mathfuncs import sigmoid32, tanh32
 
 TANH, SIGMOID, RELU, IDENTITY = 0, 1, 2, 3
 
 
 @jit(inline="always")
-def activate_row(a, act):
-    """a <- f(a), elementwise on a 1-D array."""
-    if act == TANH:
-        for i in range(a.shape[0]):
-            a[i] = np.tanh(a[i])
-    elif act == SIGMOID:
-        for i in range(a.shape[0]):
-            a[i] = 1.0 / (1.0 + np.exp(-a[i]))
-    elif act == RELU:
-        for i in range(a.shape[0]):
-            if a[i] < 0:             # NaN stays NaN
-                a[i] = 0.0
+def activate_vector(v, act):
+    """v <- f(v) on a contiguous 1-D array."""
+    n = v.shape[0]
+    if act == RELU:
+        for i in range(n):
+            if v[i] < 0:             # NaN stays NaN
+                v[i] = 0
+    elif v.itemsize == 4:
+        if act == TANH:
+            for i in range(n):
+                v[i] = tanh32(v[i])
+        elif act == SIGMOID:
+            for i in range(n):
+                v[i] = sigmoid32(v[i])
+    else:
+        if act == TANH:
+            for i in range(n):
+                v[i] = np.tanh(v[i])
+        elif act == SIGMOID:
+            for i in range(n):
+                v[i] = 1.0 / (1.0 + np.exp(-v[i]))
 
 
 @jit(inline="always")
-def scale_by_derivative(g, h, act):
-    """g <- g * f'(a) for rows g and h = f(a) of the same length."""
+def activate_columns(m, start, width, act, buf):
+    """f() on columns start ... start+width-1 of the C-contiguous 2-D array m.
+
+    Wide blocks run row by row; narrow ones (a few sequences) are gathered into the
+    contiguous buffer buf first, so that the functions still run as vectors.
+    """
+    rows = m.shape[0]
+    if act == IDENTITY:
+        return
+    if width >= 16:
+        for i in range(rows):
+            activate_vector(m[i, start:start + width], act)
+        return
+    v = buf[:rows * width]
+    for i in range(rows):
+        for b in range(width):
+            v[i * width + b] = m[i, start + b]
+    activate_vector(v, act)
+    for i in range(rows):
+        for b in range(width):
+            m[i, start + b] = v[i * width + b]
+
+
+@jit(inline="always")
+def derivative_into(out, h, act):
+    """out <- f'(a) for contiguous 1-D h = f(a) (identity: ones)."""
+    n = h.shape[0]
     if act == TANH:
-        for i in range(g.shape[0]):
-            g[i] *= 1.0 - h[i] * h[i]
+        for i in range(n):
+            out[i] = 1 - h[i] * h[i]
     elif act == SIGMOID:
-        for i in range(g.shape[0]):
-            g[i] *= h[i] * (1.0 - h[i])
+        for i in range(n):
+            out[i] = h[i] * (1 - h[i])
     elif act == RELU:
-        for i in range(g.shape[0]):
-            if h[i] <= 0:
-                g[i] = 0.0
+        for i in range(n):
+            out[i] = 1 if h[i] > 0 else 0
+    else:
+        out[:] = 1

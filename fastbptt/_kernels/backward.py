@@ -1,100 +1,105 @@
-"""The backward time loop and the weight gradients (SPEC.md §2, §3, §5).
+"""The backward time loop and the weight gradients (SPEC.md §2, §3, §5), feature-major.
 
 Truncation follows lo(t) = max(0, (t // s + 1) * s - k): the error of output t flows
-back through steps t ... lo(t). Two exact schemes:
+back through steps t ... lo(t). With u_t = V^T e_t and delta_t = dL/da_t:
 
 - sweep (full BPTT, and chunks s = k): one pass from T-1 down to 0,
-  delta_t = g_t + (delta_{t+1} W) * f'(a_t), with the carried delta zeroed at chunk starts;
-- lag-major (every s < k): R_0 = g; R_j[r] = (R_{j-1}[r+1] W) * f'(a_r), where row r of
-  R_j carries output t = r + j alone, so it is dropped once r < lo(t); Delta = sum_j R_j.
-  That is k products of (T B) x H x H instead of T k vector products.
+  delta_t = (u_t + W^T delta_{t+1}) * f'(a_t), the carry dropped at chunk starts;
+- lag-major (every s < k): R_0 = u * f'; R_j[r] = (W^T R_{j-1}[r+1]) * f'(a_r), where
+  column block r of R_j carries output t = r + j alone, so it is dropped once r < lo(t);
+  Delta = sum_j R_j. That is k products of H x H by H x (T B) instead of T k vector ones.
 
-Here g_t = (V^T e_t) * f'(a_t) and rows are batch rows: delta W is (W^T delta^T)^T.
+Steps are column blocks of B columns in (H, T B) matrices; f'(a) is computed once for
+all steps, and the gradients of the weights are single matrix products over all steps.
 """
-import numpy as np
-
 from ._jit import jit
-from .activations import scale_by_derivative
+from .activations import derivative_into
+from .blas import gemm, matvec_add, scratch
+from .forward import NARROW
 
 
 @jit
-def _sweep(g, h, W, act, chunk, delta, step):
-    """delta_t = g_t + (delta_{t+1} W) f'(a_t); no carry into a step t with (t+1) % chunk == 0."""
-    T, B, H = g.shape
-    delta[T - 1] = g[T - 1]
-    for t in range(T - 2, -1, -1):
-        if (t + 1) % chunk == 0:
-            delta[t] = g[t]
+def _sweep(d, fp, WT, chunk, B, blas, acc, carry):
+    """delta_t = (u_t + W^T delta_{t+1}) f'(a_t) in place on d (H, T B), holding u on entry."""
+    H, T = d.shape[0], d.shape[1] // B
+    for t in range(T - 1, -1, -1):
+        lo, hi = t * B, (t + 1) * B
+        cut = t + 1 == T or (t + 1) % chunk == 0
+        if B < NARROW:
+            for b in range(lo, hi):
+                for i in range(H):
+                    acc[i] = d[i, b]
+                    carry[i] = 0 if cut else d[i, b + B]
+                if not cut:
+                    matvec_add(WT, carry, acc)
+                for i in range(H):
+                    d[i, b] = acc[i] * fp[i, b]
             continue
-        np.dot(delta[t + 1], W, step)
-        for b in range(B):
-            scale_by_derivative(step[b], h[t, b], act)
-            for i in range(H):
-                delta[t, b, i] = g[t, b, i] + step[b, i]
+        if not cut:
+            gemm(WT, d[:, hi:hi + B], d[:, lo:hi], 1.0, 1.0, False, False, blas)
+        for i in range(H):
+            for j in range(lo, hi):
+                d[i, j] *= fp[i, j]
 
 
 @jit
-def _lag_major(g, h, W, act, k, s, delta, prev, nxt):
-    """Delta[r] = sum over lags j < k of R_j[r], dropping output t = r + j once j > t % s + k - s."""
-    T, B, H = g.shape
-    delta[:] = g
-    prev[:] = g
+def _lag_major(d, fp, WT, k, s, B, blas, prev, nxt):
+    """Delta = sum over lags j < k of R_j, in place on d (H, T B) holding u on entry."""
+    H, T = d.shape[0], d.shape[1] // B
+    for i in range(H):
+        d[i] *= fp[i]
+    prev[:] = d
     for j in range(1, min(k, T)):
         n = T - j
-        np.dot(prev[1:n + 1].reshape(n * B, H), W, nxt[:n].reshape(n * B, H))
+        gemm(WT, prev[:, B:(n + 1) * B], nxt[:, :n * B], 1.0, 0.0, False, False, blas)
         for r in range(n):
             if (r + j) % s < j - (k - s):       # r < lo(r + j): this output stops here
-                nxt[r] = 0.0
-                continue
-            for b in range(B):
-                scale_by_derivative(nxt[r, b], h[r, b], act)
-                for i in range(H):
-                    delta[r, b, i] += nxt[r, b, i]
+                nxt[:, r * B:(r + 1) * B] = 0
+        for i in range(H):
+            a, f, out = nxt[i, :n * B], fp[i, :n * B], d[i, :n * B]
+            for c in range(n * B):
+                v = a[c] * f[c]
+                a[c] = v
+                out[c] += v
         prev, nxt = nxt, prev
 
 
 @jit
-def backward(hs, err, x_ids, x_dense, ids, W, V, act, truncate, stride, lengths,
-             delta, work, dU, dW, dV, db, dc, dh0):
+def backward(hs, err, x_ids, x_dense, ids, WT, V, act, chunk, truncate, stride,
+             delta, fp, work, buf, dU, dW, dV, db, dc, dh0):
     """All gradients from the forward states and the output errors.
 
-    hs (T+1, B, H) from `forward`; err (T, B, C) from `output_errors`. truncate = 0 means
-    full BPTT. delta (T, B, H) receives dL/da_t; work (2, T, B, H) is scratch.
-    dU (H, L) for dense x, or (L, H) = dU.T for ids (a scatter-add over rows), dW (H, H),
-    dV (C, H), db (H,), dc (C,), dh0 (B, H): all overwritten.
+    hs (H, T+1, B) from `forward`; err (C, T B) from `output_errors`. chunk > 0 sweeps,
+    cutting the carry into each step t with (t + 1) % chunk == 0 (T + 1 for full BPTT,
+    k for chunks); chunk = 0 runs lag-major with truncate = k, stride = s. delta (H, T B) receives dL/da; fp (H, T B) receives f'(a); work
+    (2, H, T B) is scratch for lag-major (any shape otherwise), buf (2 H,) for narrow
+    batches. WT is W.T, contiguous.
+    Writes dU (H, L), dW (H, H), dV (C, H), db (H,), dc (C,) and dh0 (H, B) = W^T delta_0.
+    Padding steps have zero error, so their delta is zero and they add nothing.
     """
-    T = err.shape[0]
-    B, H = hs.shape[1], hs.shape[2]
-    C = err.shape[2]
-    h = hs[1:]
-    g = work[0]
-    np.dot(err.reshape(T * B, C), V, g.reshape(T * B, H))
-    for t in range(T):
-        for b in range(B):
-            scale_by_derivative(g[t, b], h[t, b], act)
-    if truncate == 0 or (truncate >= T and stride == 1):
-        _sweep(g, h, W, act, T + 1, delta, work[1, 0])
-    elif stride == truncate:
-        _sweep(g, h, W, act, truncate, delta, work[1, 0])
-    else:                                        # g (work[0]) is free once copied
-        _lag_major(g, h, W, act, truncate, stride, delta, work[1], work[0])
-    np.dot(delta[0], W, dh0)
-    # hs[t] is h_{t-1}, the input of step t
-    rows = delta.reshape(T * B, H)
-    np.dot(rows.T, hs[:T].reshape(T * B, H), dW)
-    np.dot(err.reshape(T * B, C).T, h.reshape(T * B, H), dV)
-    if ids:
-        dU[:] = 0.0
-        for t in range(T):
-            for b in range(B):
-                if t < lengths[b]:
-                    dU[x_ids[t, b]] += delta[t, b]
+    H, T, B = hs.shape[0], hs.shape[1] - 1, hs.shape[2]
+    m = hs.reshape(H, (T + 1) * B)
+    states, before = m[:, B:], m[:, :T * B]
+    blas = scratch(delta)
+    for i in range(H):
+        derivative_into(fp[i], m[i, B:], act)
+    gemm(V, err, delta, 1.0, 0.0, True, False, blas)          # u = V^T e
+    if chunk > 0:
+        _sweep(delta, fp, WT, chunk, B, blas, buf[:H], buf[H:2 * H])
     else:
-        np.dot(rows.T, x_dense.reshape(T * B, x_dense.shape[2]), dU)
-    db[:] = 0.0
-    for r in range(T * B):
-        db += rows[r]
-    dc[:] = 0.0
-    flat_err = err.reshape(T * B, C)
-    for r in range(T * B):
-        dc += flat_err[r]
+        _lag_major(delta, fp, WT, truncate, stride, B, blas, work[0], work[1])
+    gemm(WT, delta[:, :B], dh0, 1.0, 0.0, False, False, blas)
+    gemm(delta, before, dW, 1.0, 0.0, False, True, blas)
+    gemm(err, states, dV, 1.0, 0.0, False, True, blas)
+    if ids:
+        dU[:] = 0
+        for i in range(H):
+            row, out = delta[i], dU[i]
+            for tb in range(T * B):
+                out[x_ids[tb]] += row[tb]
+    else:
+        gemm(delta, x_dense, dU, 1.0, 0.0, False, True, blas)
+    for i in range(H):
+        db[i] = delta[i].sum()
+    for i in range(err.shape[0]):
+        dc[i] = err[i].sum()

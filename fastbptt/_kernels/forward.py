@@ -1,36 +1,58 @@
-"""The forward recurrence h_t = f(U x_t + W h_{t-1} + b), batched, time-major."""
-import numpy as np
-
+"""The forward recurrence h_t = f(U x_t + W h_{t-1} + b), batched, feature-major."""
 from ._jit import jit
-from .activations import activate_row
+from .activations import activate_columns, activate_vector
+from .blas import gemm, matvec_add, scratch
+
+NARROW = 4      # below this many sequences, products run as vector loops, not BLAS calls
 
 
 @jit
-def forward(x_ids, x_dense, ids, UT, WT, bias, act, lengths, hs, step):
-    """Fill hs (T+1, B, H) with h0 = hs[0] (set by the caller) and h_t = hs[t + 1].
+def _narrow_step(W, m, prev, now, B, act, acc, h):
+    """Columns now + b of m <- f(themselves + W @ column prev + b), one sequence at a time."""
+    for b in range(B):
+        for i in range(m.shape[0]):
+            acc[i] = m[i, now + b]
+            h[i] = m[i, prev + b]
+        matvec_add(W, h, acc)
+        activate_vector(acc, act)
+        for i in range(m.shape[0]):
+            m[i, now + b] = acc[i]
 
-    x_ids (T, B) int64 ids in [0, L) or x_dense (T, B, L); ``ids`` says which is used.
-    UT (L, H) = U.T and WT (H, H) = W.T, contiguous; bias (H,) (zeros for no bias).
-    lengths (B,): states at t >= lengths[b] are set to zero. step (B, H) is scratch.
+
+@jit
+def forward(x_ids, x_dense, ids, U, W, bias, act, lengths, hs, buf):
+    """Fill hs (H, T+1, B): hs[:, 0] = h0 (set by the caller), hs[:, t + 1] = h_t.
+
+    x_ids (T B,) int64 ids in [0, L), time-major (index t B + b), or x_dense (L, T B);
+    ``ids`` says which is used. U (H, L), W (H, H), bias (H,) (zeros for no bias).
+    States at t >= lengths[b] are set to zero. buf (max(H B, 2 H),) is scratch.
     Only the H x H product is sequential: the input projection is one gather or one
-    matrix product over all steps, written into hs[1:] before the time loop.
+    matrix product over all steps, written into the state columns before the time loop,
+    and each step adds W h_{t-1} to them in place.
     """
-    T = hs.shape[0] - 1
-    B, H = hs.shape[1], hs.shape[2]
-    proj = hs[1:].reshape(T * B, H)
+    H, T, B = hs.shape[0], hs.shape[1] - 1, hs.shape[2]
+    m = hs.reshape(H, (T + 1) * B)
+    blas = scratch(hs)
     if ids:
-        for t in range(T):
-            for b in range(B):
-                proj[t * B + b] = UT[x_ids[t, b]]
+        for i in range(H):
+            u, row, bi = U[i], m[i, B:], bias[i]
+            for tb in range(T * B):
+                row[tb] = u[x_ids[tb]] + bi
     else:
-        np.dot(x_dense.reshape(T * B, x_dense.shape[2]), UT, proj)
+        gemm(U, x_dense, m[:, B:], 1.0, 0.0, False, False, blas)
+        for i in range(H):
+            m[i, B:] += bias[i]
+    padded = False
+    for b in range(B):
+        padded |= lengths[b] < T
     for t in range(T):
-        np.dot(hs[t], WT, step)
-        for b in range(B):
-            row = hs[t + 1, b]
-            if t < lengths[b]:
-                for i in range(H):
-                    row[i] += step[b, i] + bias[i]
-                activate_row(row, act)
-            else:
-                row[:] = 0.0
+        now = (t + 1) * B
+        if B < NARROW:
+            _narrow_step(W, m, t * B, now, B, act, buf[:H], buf[H:2 * H])
+        else:
+            gemm(W, m[:, t * B:now], m[:, now:now + B], 1.0, 1.0, False, False, blas)
+            activate_columns(m, now, B, act, buf)
+        if padded:
+            for b in range(B):
+                if t >= lengths[b]:
+                    hs[:, t + 1, b] = 0

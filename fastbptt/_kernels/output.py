@@ -1,66 +1,103 @@
-"""The output layer and loss: logits, softmax or squared error, and dL/do, all steps at once."""
+"""The output layer and loss for all steps at once: logits, softmax or squared error, dL/do.
+
+Feature-major: the logits are one (C, T B) matrix, and each pass below runs along its
+rows, over all steps and sequences, so the loops vectorize.
+"""
 import numpy as np
 
 from ._jit import jit
+from .blas import gemm, scratch
+from .mathfuncs import exp_neg32
 
 SOFTMAX_CE, MSE = 0, 1
 
 
-@jit
-def output_errors(h, VT, c, loss_kind, y_ids, y_dense, ids, lengths, err):
-    """Return the summed loss and write e_t = dL/do_t into err (T, B, C).
+@jit(inline="always")
+def _exp_shifted(row, shift):
+    """row <- exp(row - shift) for rows whose entries do not exceed their shift."""
+    if row.itemsize == 4:
+        for j in range(row.shape[0]):
+            row[j] = exp_neg32(row[j] - shift[j])
+    else:
+        for j in range(row.shape[0]):
+            row[j] = np.exp(row[j] - shift[j])
 
-    h (T, B, H) are the states h_0 ... h_{T-1}; VT (H, C) = V.T; c (C,) (zeros for no bias).
-    Targets are y_ids (T, B) with -1 = no loss, or y_dense (T, B, C); ``ids`` says which.
-    Rows at padding steps (t >= lengths[b]) get zero error and no loss.
-    The loss is accumulated in float64 whatever the compute dtype.
+
+@jit
+def output_errors(hs, V, c, loss_kind, y_ids, y_dense, ids, lengths, err, cols):
+    """Return the summed loss (float64) and write e = dL/do into err (C, T B).
+
+    hs (H, T+1, B) from `forward`; V (C, H); c (C,) (zeros for no bias). Targets are
+    y_ids (T B,) with -1 = no loss, or y_dense (C, T B); ``ids`` says which. Columns at
+    padding steps (t >= lengths[b]) and with id -1 get zero error and no loss.
+    cols (6, T B) float64 is scratch for per-column values.
     """
-    T, B, H = h.shape
-    C = err.shape[2]
-    np.dot(h.reshape(T * B, H), VT, err.reshape(T * B, C))
-    total = 0.0
+    H, T, B = hs.shape[0], hs.shape[1] - 1, hs.shape[2]
+    C, n = err.shape
+    states = hs.reshape(H, (T + 1) * B)[:, B:]
+    gemm(V, states, err, 1.0, 0.0, False, False, scratch(err))
+    valid, top, total_w, picked = cols[0], cols[1], cols[2], cols[3]
     for t in range(T):
         for b in range(B):
-            e = err[t, b]
-            target = -1
-            if ids:
-                target = y_ids[t, b]
-            if t >= lengths[b] or (ids and target < 0):
-                e[:] = 0.0
-                continue
-            for i in range(C):
-                e[i] += c[i]
-            if loss_kind == MSE:
-                sq = 0.0
-                for i in range(C):
-                    if ids:
-                        if i == target:
-                            e[i] -= 1.0
-                    else:
-                        e[i] -= y_dense[t, b, i]
-                    sq += e[i] * e[i]
-                total += 0.5 * sq
-                continue
-            # softmax_ce through a stable log-sum-exp
-            m = e[0]
-            for i in range(1, C):
-                m = max(m, e[i])
-            s = 0.0
-            for i in range(C):
-                s += np.exp(e[i] - m)
-            log_z = m + np.log(s)
-            if ids:
-                total += log_z - e[target]
-                for i in range(C):
-                    e[i] = np.exp(e[i] - log_z)
-                e[target] -= 1.0
-            else:
-                w = 0.0
-                dot = 0.0
-                for i in range(C):
-                    w += y_dense[t, b, i]
-                    dot += y_dense[t, b, i] * (e[i] - log_z)
-                total -= dot
-                for i in range(C):
-                    e[i] = np.exp(e[i] - log_z) * w - y_dense[t, b, i]
+            ok = t < lengths[b] and (not ids or y_ids[t * B + b] >= 0)
+            valid[t * B + b] = 1.0 if ok else 0.0
+    for i in range(C):
+        err[i] += c[i]
+    total = 0.0
+    if loss_kind == MSE:
+        for i in range(C):
+            row = err[i]
+            for j in range(n):
+                target = (1.0 if y_ids[j] == i else 0.0) if ids else y_dense[i, j]
+                e = (row[j] - target) * valid[j]
+                row[j] = e
+                total += 0.5 * e * e
+        return total
+    # softmax_ce with a stable log-sum-exp per column
+    top[:] = err[0]
+    for i in range(1, C):
+        row = err[i]
+        for j in range(n):
+            if row[j] > top[j]:
+                top[j] = row[j]
+    picked[:] = 0.0          # ids: the target's logit; dense: sum_i y_i o_i
+    total_w[:] = 0.0         # dense: sum_i y_i
+    if ids:
+        for j in range(n):
+            if valid[j] > 0:
+                picked[j] = err[y_ids[j], j]
+    else:
+        for i in range(C):
+            row, y = err[i], y_dense[i]
+            for j in range(n):
+                picked[j] += y[j] * row[j]
+                total_w[j] += y[j]
+    s, log_z = cols[4], cols[5]
+    s[:] = 0.0
+    for i in range(C):
+        _exp_shifted(err[i], top)
+        row = err[i]
+        for j in range(n):
+            s[j] += row[j]
+    for j in range(n):
+        log_z[j] = top[j] + np.log(s[j])
+    if ids:
+        for j in range(n):
+            total += valid[j] * (log_z[j] - picked[j])
+            s[j] = valid[j] / s[j]
+        for i in range(C):
+            row = err[i]
+            for j in range(n):
+                row[j] *= s[j]
+        for j in range(n):
+            if valid[j] > 0:
+                err[y_ids[j], j] -= 1.0
+    else:
+        for j in range(n):
+            total += valid[j] * (total_w[j] * log_z[j] - picked[j])
+            s[j] = valid[j] * total_w[j] / s[j]
+        for i in range(C):
+            row, y = err[i], y_dense[i]
+            for j in range(n):
+                row[j] = row[j] * s[j] - valid[j] * y[j]
     return total

@@ -1,0 +1,124 @@
+"""Matrix products on row-major views through SciPy's BLAS, callable from kernels.
+
+``np.dot`` in Numba takes only contiguous arrays. The kernels keep their arrays
+feature-major, (H, T, B), so that one step is an H x B block and all steps together an
+H x (T B) matrix; both are views whose rows are strided. `gemm` takes such views (unit
+stride within a row, any stride between rows) and calls sgemm/dgemm directly.
+"""
+import llvmlite.binding as llvm
+import numpy as np
+from numba import types
+from numba.extending import get_cython_function_address
+
+from ._jit import FASTMATH, jit
+
+# Compiled kernels refer to BLAS by symbol name, bound here in every process, so they
+# can be cached on disk (a ctypes function pointer would pin them to one process).
+for _name in ("sgemm", "dgemm"):
+    llvm.add_symbol(f"fastbptt_{_name}",
+                    get_cython_function_address("scipy.linalg.cython_blas", _name))
+_SIGNATURE = types.void(*([types.voidptr] * 13))
+_sgemm = types.ExternalFunction("fastbptt_sgemm", _SIGNATURE)
+_dgemm = types.ExternalFunction("fastbptt_dgemm", _SIGNATURE)
+
+_N, _T = 78, 84    # ord("N"), ord("T")
+
+
+@jit
+def scratch(dtype_like):
+    """The small buffers `gemm` passes by reference: 8 ints, 2 scalars, 2 flags."""
+    return np.empty(8, np.int32), np.empty(2, dtype_like.dtype), np.empty(2, np.uint8)
+
+
+@jit
+def _leading(a):
+    """Leading dimension of a row-major view: its row stride, at least its width."""
+    ld = a.strides[0] // a.itemsize
+    return max(ld, a.shape[1], 1)
+
+
+@jit
+def gemm(a, b, c, alpha, beta, trans_a, trans_b, buffers):
+    """c = alpha * op(a) @ op(b) + beta * c for row-major 2-D views.
+
+    op(a) is a.T when trans_a. Rows of every view must be contiguous. buffers comes from
+    `scratch(c)`. Row-major C is column-major C^T, so this calls
+    gemm(op_b, op_a, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc).
+    """
+    m, n = c.shape
+    k = a.shape[0] if trans_a else a.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        if beta == 0:
+            c[:] = 0
+        else:
+            c *= beta
+        return
+    ints, scalars, flags = buffers
+    ints[0] = n
+    ints[1] = m
+    ints[2] = k
+    ints[3] = _leading(b)
+    ints[4] = _leading(a)
+    ints[5] = _leading(c)
+    scalars[0] = alpha
+    scalars[1] = beta
+    flags[0] = _T if trans_b else _N
+    flags[1] = _T if trans_a else _N
+    args = (flags[0:].ctypes, flags[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes,
+            ints[2:].ctypes, scalars[0:].ctypes, b.ctypes, ints[3:].ctypes, a.ctypes,
+            ints[4:].ctypes, scalars[1:].ctypes, c.ctypes, ints[5:].ctypes)
+    if c.itemsize == 4:
+        _sgemm(*args)
+    else:
+        _dgemm(*args)
+
+
+@jit
+def transpose_into(a, out):
+    """out <- a.T, in 16 x 16 tiles so that reads and writes both stay in cache."""
+    rows, cols = a.shape
+    tile = 16
+    full_r, full_c = rows - rows % tile, cols - cols % tile
+    for i0 in range(0, full_r, tile):
+        for j0 in range(0, full_c, tile):
+            for j in range(j0, j0 + tile):
+                for i in range(i0, i0 + tile):
+                    out[j, i] = a[i, j]
+    for i in range(full_r, rows):
+        for j in range(cols):
+            out[j, i] = a[i, j]
+    for j in range(full_c, cols):
+        for i in range(full_r):
+            out[j, i] = a[i, j]
+
+
+@jit(fastmath=set(FASTMATH) | {"reassoc"})
+def matvec_add(M, x, out):
+    """out += M @ x for a C-contiguous (N, K) M and contiguous vectors, four rows at a time.
+
+    For a few sequences, where a BLAS call costs more than the product. Its own
+    reassociation flag lets each row's sum run as a vector reduction.
+    """
+    N, K = M.shape
+    full = N - N % 4
+    for i in range(0, full, 4):
+        r0, r1, r2, r3 = M[i], M[i + 1], M[i + 2], M[i + 3]
+        s0 = s1 = s2 = s3 = np.float32(0)       # widens to float64 for float64 rows
+        for j in range(K):
+            xj = x[j]
+            s0 += r0[j] * xj
+            s1 += r1[j] * xj
+            s2 += r2[j] * xj
+            s3 += r3[j] * xj
+        out[i] += s0
+        out[i + 1] += s1
+        out[i + 2] += s2
+        out[i + 3] += s3
+    for r in range(full, N):
+        row = M[r]
+        s = np.float32(0)
+        for j in range(K):
+            s += row[j] * x[j]
+        out[r] += s
