@@ -12,7 +12,7 @@ from .mathfuncs import sigmoid32, tanh32
 TANH, SIGMOID, RELU, IDENTITY = 0, 1, 2, 3
 
 
-@jit(inline="always")
+@jit
 def activate_vector(v, act):
     """v <- f(v) on a contiguous 1-D array."""
     n = v.shape[0]
@@ -36,7 +36,7 @@ def activate_vector(v, act):
                 v[i] = 1.0 / (1.0 + np.exp(-v[i]))
 
 
-@jit(inline="always")
+@jit
 def activate_columns(m, start, width, act, buf):
     """f() on columns start ... start+width-1 of the C-contiguous 2-D array m.
 
@@ -60,7 +60,7 @@ def activate_columns(m, start, width, act, buf):
             m[i, start + b] = v[i * width + b]
 
 
-@jit(inline="always")
+@jit
 def derivative_into(out, h, act):
     """out <- f'(a) for contiguous 1-D h = f(a) (identity: ones)."""
     n = h.shape[0]
@@ -74,4 +74,5 @@ def derivative_into(out, h, act):
         for i in range(n):
             out[i] = 1 if h[i] > 0 else 0
     else:
-        out[:] = 1
+        for i in range(n):
+            out[i] = 1

@@ -47,14 +47,17 @@ def _lag_major(d, fp, WT, k, s, B, blas, prev, nxt):
     """Delta = sum over lags j < k of R_j, in place on d (H, T B) holding u on entry."""
     H, T = d.shape[0], d.shape[1] // B
     for i in range(H):
-        d[i] *= fp[i]
-    prev[:] = d
+        for c in range(T * B):
+            d[i, c] *= fp[i, c]
+            prev[i, c] = d[i, c]
     for j in range(1, min(k, T)):
         n = T - j
         gemm(WT, prev[:, B:(n + 1) * B], nxt[:, :n * B], 1.0, 0.0, False, False, blas)
         for r in range(n):
             if (r + j) % s < j - (k - s):       # r < lo(r + j): this output stops here
-                nxt[:, r * B:(r + 1) * B] = 0
+                for i in range(H):
+                    for c in range(r * B, (r + 1) * B):
+                        nxt[i, c] = 0
         for i in range(H):
             a, f, out = nxt[i, :n * B], fp[i, :n * B], d[i, :n * B]
             for c in range(n * B):
@@ -92,9 +95,10 @@ def backward(hs, err, x_ids, x_dense, ids, WT, V, act, chunk, truncate, stride,
     gemm(delta, before, dW, 1.0, 0.0, False, True, blas)
     gemm(err, states, dV, 1.0, 0.0, False, True, blas)
     if ids:
-        dU[:] = 0
         for i in range(H):
             row, out = delta[i], dU[i]
+            for l in range(out.shape[0]):
+                out[l] = 0
             for tb in range(T * B):
                 out[x_ids[tb]] += row[tb]
     else:

@@ -14,10 +14,12 @@ from ._jit import FASTMATH, jit
 
 # Compiled kernels refer to BLAS by symbol name, bound here in every process, so they
 # can be cached on disk (a ctypes function pointer would pin them to one process).
+# Every argument of the Fortran interface is a pointer; they are declared as
+# addresses (intp), so one declaration serves arrays of any layout.
 for _name in ("sgemm", "dgemm"):
     llvm.add_symbol(f"fastbptt_{_name}",
                     get_cython_function_address("scipy.linalg.cython_blas", _name))
-_SIGNATURE = types.void(*([types.voidptr] * 13))
+_SIGNATURE = types.void(*([types.intp] * 13))
 _sgemm = types.ExternalFunction("fastbptt_sgemm", _SIGNATURE)
 _dgemm = types.ExternalFunction("fastbptt_dgemm", _SIGNATURE)
 
@@ -30,14 +32,14 @@ def scratch(dtype_like):
     return np.empty(8, np.int32), np.empty(2, dtype_like.dtype), np.empty(2, np.uint8)
 
 
-@jit
+@jit(inline="always")
 def _leading(a):
     """Leading dimension of a row-major view: its row stride, at least its width."""
     ld = a.strides[0] // a.itemsize
     return max(ld, a.shape[1], 1)
 
 
-@jit
+@jit(inline="always")
 def gemm(a, b, c, alpha, beta, trans_a, trans_b, buffers):
     """c = alpha * op(a) @ op(b) + beta * c for row-major 2-D views.
 
@@ -50,10 +52,9 @@ def gemm(a, b, c, alpha, beta, trans_a, trans_b, buffers):
     if m == 0 or n == 0:
         return
     if k == 0:
-        if beta == 0:
-            c[:] = 0
-        else:
-            c *= beta
+        for i in range(m):
+            for j in range(n):
+                c[i, j] = 0 if beta == 0 else c[i, j] * beta
         return
     ints, scalars, flags = buffers
     ints[0] = n
@@ -66,9 +67,9 @@ def gemm(a, b, c, alpha, beta, trans_a, trans_b, buffers):
     scalars[1] = beta
     flags[0] = _T if trans_b else _N
     flags[1] = _T if trans_a else _N
-    args = (flags[0:].ctypes, flags[1:].ctypes, ints[0:].ctypes, ints[1:].ctypes,
-            ints[2:].ctypes, scalars[0:].ctypes, b.ctypes, ints[3:].ctypes, a.ctypes,
-            ints[4:].ctypes, scalars[1:].ctypes, c.ctypes, ints[5:].ctypes)
+    i, f, s = ints.ctypes.data, flags.ctypes.data, scalars.ctypes.data
+    args = (f, f + 1, i, i + 4, i + 8, s, b.ctypes.data, i + 12, a.ctypes.data, i + 16,
+            s + scalars.itemsize, c.ctypes.data, i + 20)
     if c.itemsize == 4:
         _sgemm(*args)
     else:

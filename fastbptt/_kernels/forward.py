@@ -41,7 +41,9 @@ def forward(x_ids, x_dense, ids, U, W, bias, act, lengths, hs, buf):
     else:
         gemm(U, x_dense, m[:, B:], 1.0, 0.0, False, False, blas)
         for i in range(H):
-            m[i, B:] += bias[i]
+            row, bi = m[i, B:], bias[i]
+            for tb in range(T * B):
+                row[tb] += bi
     padded = False
     for b in range(B):
         padded |= lengths[b] < T
@@ -55,4 +57,5 @@ def forward(x_ids, x_dense, ids, U, W, bias, act, lengths, hs, buf):
         if padded:
             for b in range(B):
                 if t >= lengths[b]:
-                    hs[:, t + 1, b] = 0
+                    for i in range(H):
+                        hs[i, t + 1, b] = 0

@@ -12,7 +12,7 @@ from .mathfuncs import exp_neg32
 SOFTMAX_CE, MSE = 0, 1
 
 
-@jit(inline="always")
+@jit
 def _exp_shifted(row, shift):
     """row <- exp(row - shift) for rows whose entries do not exceed their shift."""
     if row.itemsize == 4:
@@ -36,13 +36,15 @@ def output_errors(hs, V, c, loss_kind, y_ids, y_dense, ids, lengths, err, cols):
     C, n = err.shape
     states = hs.reshape(H, (T + 1) * B)[:, B:]
     gemm(V, states, err, 1.0, 0.0, False, False, scratch(err))
-    valid, top, total_w, picked = cols[0], cols[1], cols[2], cols[3]
+    valid, top, total_w, picked, s, log_z = cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]
     for t in range(T):
         for b in range(B):
             ok = t < lengths[b] and (not ids or y_ids[t * B + b] >= 0)
             valid[t * B + b] = 1.0 if ok else 0.0
     for i in range(C):
-        err[i] += c[i]
+        row, ci = err[i], c[i]
+        for j in range(n):
+            row[j] += ci
     total = 0.0
     if loss_kind == MSE:
         for i in range(C):
@@ -54,14 +56,16 @@ def output_errors(hs, V, c, loss_kind, y_ids, y_dense, ids, lengths, err, cols):
                 total += 0.5 * e * e
         return total
     # softmax_ce with a stable log-sum-exp per column
-    top[:] = err[0]
+    for j in range(n):
+        top[j] = err[0, j]
+        picked[j] = 0.0      # ids: the target's logit; dense: sum_i y_i o_i
+        total_w[j] = 0.0     # dense: sum_i y_i
+        s[j] = 0.0
     for i in range(1, C):
         row = err[i]
         for j in range(n):
             if row[j] > top[j]:
                 top[j] = row[j]
-    picked[:] = 0.0          # ids: the target's logit; dense: sum_i y_i o_i
-    total_w[:] = 0.0         # dense: sum_i y_i
     if ids:
         for j in range(n):
             if valid[j] > 0:
@@ -72,8 +76,6 @@ def output_errors(hs, V, c, loss_kind, y_ids, y_dense, ids, lengths, err, cols):
             for j in range(n):
                 picked[j] += y[j] * row[j]
                 total_w[j] += y[j]
-    s, log_z = cols[4], cols[5]
-    s[:] = 0.0
     for i in range(C):
         _exp_shifted(err[i], top)
         row = err[i]

@@ -1,0 +1,106 @@
+"""The float32 tanh, sigmoid and exp of the kernels against float64 NumPy, over the whole
+float32 range: every finite bit pattern in a fixed stride (all of them with
+FASTBPTT_EXHAUSTIVE=1), plus the special values."""
+import os
+
+import numpy as np
+import pytest
+
+from fastbptt._kernels.activations import RELU, SIGMOID, TANH, activate_vector
+from fastbptt._kernels.output import _exp_shifted
+
+STRIDE = 1 if os.environ.get("FASTBPTT_EXHAUSTIVE") == "1" else 4099
+MAX_ULP = 1.0      # measured: 0.50000007 (tanh, sigmoid and exp are correctly rounded or 1 off)
+CHUNK = 1 << 24
+
+
+def float32_sample():
+    """Finite float32 values, every STRIDE-th bit pattern, in chunks."""
+    for start in range(0, 1 << 32, CHUNK * STRIDE):
+        bits = np.arange(start, min(start + CHUNK * STRIDE, 1 << 32), STRIDE, dtype=np.uint64)
+        x = bits.astype(np.uint32).view(np.float32)
+        yield x[np.isfinite(x)]
+
+
+def ulp_error(got, exact):
+    """|got - exact| in units of the float32 spacing at the exact value."""
+    spacing = np.spacing(np.abs(exact.astype(np.float32))).astype(np.float64)
+    spacing = np.maximum(spacing, np.finfo(np.float32).smallest_subnormal)
+    return np.abs(got.astype(np.float64) - exact) / spacing
+
+
+def sigmoid64(x):
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+def exp_kernel(x):
+    out = x.copy()
+    _exp_shifted(out, np.zeros_like(x))
+    return out
+
+
+def activation_kernel(code):
+    def apply(x):
+        out = x.copy()
+        activate_vector(out, code)
+        return out
+    return apply
+
+
+CASES = {
+    "tanh": (activation_kernel(TANH), np.tanh, lambda x: x),
+    "sigmoid": (activation_kernel(SIGMOID), sigmoid64, lambda x: x),
+    "exp": (exp_kernel, np.exp, lambda x: -np.abs(x)),      # the softmax only takes exp(z <= 0)
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_float32_functions_within_one_ulp(name):
+    kernel, exact, domain = CASES[name]
+    worst, count = 0.0, 0
+    for x in float32_sample():
+        x = domain(x)
+        err = ulp_error(kernel(x), exact(x.astype(np.float64)))
+        worst = max(worst, float(err.max()))
+        count += x.size
+    assert count > 1_000_000
+    assert worst <= MAX_ULP, f"{name}: worst error {worst} ulp over {count} values"
+
+
+@pytest.mark.parametrize("name", ["tanh", "sigmoid"])
+def test_special_values(name):
+    kernel = CASES[name][0]
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 50.0, -50.0], np.float32)
+    got = kernel(x)
+    assert np.isnan(got[0])
+    tiny = x[5]                                   # the smallest subnormal
+    if name == "tanh":
+        np.testing.assert_array_equal(got[1:], [1, -1, 0, 0, tiny, -tiny, 1, -1])
+        assert np.signbit(got[4]) and not np.signbit(got[3])
+    else:
+        want = [1, 0, 0.5, 0.5, 0.5, 0.5, 1, np.float32(sigmoid64(-50.0))]
+        np.testing.assert_array_equal(got[1:], want)
+        assert got[-1] > 0                         # 1.9e-22, not flushed to zero
+
+
+def test_exp_special_values():
+    got = exp_kernel(np.array([np.nan, -np.inf, 0.0, -0.0, -103.0, -104.0, -200.0], np.float32))
+    assert np.isnan(got[0])
+    np.testing.assert_array_equal(got[1:4], [0, 1, 1])
+    assert got[4] == np.float32(np.exp(-103.0)) and got[4] > 0     # a subnormal, kept
+    np.testing.assert_array_equal(got[5:], [np.float32(np.exp(-104.0)), 0])
+
+
+def test_relu_keeps_nan_and_zeros_negatives():
+    got = activation_kernel(RELU)(np.array([np.nan, -1.0, -0.0, 2.0], np.float32))
+    assert np.isnan(got[0])
+    np.testing.assert_array_equal(got[1:], [0, 0, 2])
+
+
+@pytest.mark.parametrize("name", ["tanh", "sigmoid"])
+def test_float64_uses_libm(name):
+    """float64 is not approximated: libm agrees with NumPy's own functions to 2 ulp."""
+    kernel, exact, _ = CASES[name]
+    x = np.random.default_rng(0).normal(scale=10, size=10000)
+    assert np.max(np.abs(kernel(x) - exact(x)) / np.spacing(np.abs(exact(x)))) <= 2
