@@ -12,6 +12,8 @@ import numba
 
 __all__ = ["set_num_threads", "get_num_threads", "blas_info"]
 
+DEFAULT_THREADS = os.cpu_count() or 1
+
 
 def _scipy_blas():
     """threadpoolctl's controller for the BLAS that scipy.linalg.cython_blas uses, or None."""
@@ -34,8 +36,8 @@ def set_num_threads(n):
     """
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"n must be an int; got {type(n).__name__}")
-    if not 1 <= n <= os.cpu_count():
-        raise ValueError(f"n must lie in [1, {os.cpu_count()}] (the CPU count); got {n}")
+    if not 1 <= n <= DEFAULT_THREADS:
+        raise ValueError(f"n must lie in [1, {DEFAULT_THREADS}] (the CPU count); got {n}")
     lib = _scipy_blas()
     if lib is not None:
         lib.set_num_threads(n)

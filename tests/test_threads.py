@@ -1,0 +1,62 @@
+"""Calls from several Python threads at once, and the thread-count setting."""
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import fastbptt
+
+
+def problems(n):
+    rng = np.random.default_rng(11)
+    out = []
+    for i in range(n):
+        B = (1, 3, 8)[i % 3]
+        params = fastbptt.init_params(7, 33, 5, dtype=(np.float32, np.float64)[i % 2], seed=i)
+        x, y = rng.integers(0, 7, size=(B, 40)), rng.integers(-1, 5, size=(B, 40))
+        out.append((x, y, params, dict(truncate=(None, 6)[i % 2], stride=1)))
+    return out
+
+
+def run(case):
+    x, y, params, options = case
+    return fastbptt.bptt(x, y, params, **options)
+
+
+def assert_identical(a, b):
+    assert a.loss == b.loss
+    for g, h in zip(a.grads, b.grads):
+        assert (g is None and h is None) or np.array_equal(g, h)
+    assert np.array_equal(a.h_final, b.h_final) and np.array_equal(a.dh0, b.dh0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_concurrent_calls_equal_serial_calls(threads):
+    fastbptt.set_num_threads(threads)
+    try:
+        cases = problems(12)
+        serial = [run(c) for c in cases]
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for _ in range(3):
+                for got, want in zip(pool.map(run, cases * 1), serial):
+                    assert_identical(got, want)
+    finally:
+        fastbptt.set_num_threads(fastbptt._threads.DEFAULT_THREADS)
+
+
+def test_results_are_reproducible_run_to_run():
+    case = problems(3)[2]
+    assert_identical(run(case), run(case))
+
+
+def test_set_num_threads_round_trips_and_validates():
+    before = fastbptt.get_num_threads()
+    try:
+        fastbptt.set_num_threads(1)
+        assert fastbptt.get_num_threads() == 1
+    finally:
+        fastbptt.set_num_threads(before)
+    with pytest.raises(ValueError, match="n must lie in"):
+        fastbptt.set_num_threads(0)
+    with pytest.raises(TypeError, match="n must be an int"):
+        fastbptt.set_num_threads(1.5)
