@@ -1,10 +1,11 @@
 """Validation and conversion of the public arguments.
 
 Every public entry point runs `prepare` before any kernel: it checks kinds, shapes and
-ranges, raises TypeError/ValueError naming the argument, and returns private, contiguous
-copies in the compute dtype (the params' dtype). Steps past a sequence's length are
-overwritten in those copies (ids 0, targets -1, dense rows 0), so padding content can
-never reach a kernel. The caller's arrays are never modified.
+ranges, raises TypeError/ValueError naming the argument, and returns arrays in the
+compute dtype (the params' dtype). These may be the caller's own arrays, so nothing
+downstream writes to them. When lengths are given, steps past a sequence's length are
+overwritten in private copies (ids 0, targets -1, dense rows 0), so padding content
+never reaches a kernel.
 """
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ class Problem:
     """One validated call: batch-first arrays in the compute dtype, plus the options."""
 
     single: bool                     # x was one sequence: results drop the batch axis
-    x: np.ndarray                    # ids (B, T) int64, or dense (B, T, L)
+    x: np.ndarray                    # ids (B, T) int64, or dense (B, T, L); read-only
     ids: bool                        # x holds token ids
-    y: Optional[np.ndarray]          # ids (B, T) int64 with -1 = no loss, or (B, T, C) floats
+    y: Optional[np.ndarray]          # ids (B, T) int64, -1 = no loss, or (B, T, C); read-only
     y_ids: bool
     lengths: np.ndarray              # (B,) int64, 0 <= lengths <= T
     h0: np.ndarray                   # (B, H), zeros when not given
@@ -149,7 +150,7 @@ def _params(params):
                              f"and V {V.shape}; got {arrays[name].shape}")
     for name, arr in arrays.items():
         _check_finite(f"params {name}", arr)
-    clean = Params(*(np.array(arrays[k], dtype=dtype, order="C") if k in arrays else None
+    clean = Params(*(np.ascontiguousarray(arrays[k]) if k in arrays else None
                      for k in ("U", "W", "V", "b", "c")))
     return clean, rebuild
 
@@ -194,23 +195,23 @@ def _y(y, B, T, C, single, loss, mask):
         if arr.shape != lead:
             raise ValueError(f"y as class ids must have shape {lead} to match x; got {arr.shape}")
         arr = arr.reshape(B, T)
-        real = arr[mask]
+        real = arr if mask is None else arr[mask]
         if real.size and (real.min() < -1 or real.max() >= C):
             raise ValueError(f"y class ids must lie in [-1, {C}) (C={C} from params V, "
                              f"-1 = no loss); got values from {real.min()} to {real.max()}")
-        return np.where(mask, arr, -1).astype(np.int64), True
+        return (arr if mask is None else np.where(mask, arr, -1)).astype(np.int64, copy=False), True
     want = lead + (C,)
     if arr.shape != want:
         hint = "; pass class ids as an integer array" if arr.ndim == len(lead) else ""
         raise ValueError(f"y as float targets must have shape {want} (C={C} from params V); "
                          f"got {arr.shape}{hint}")
     arr = arr.reshape(B, T, C)
-    real = arr[mask]
+    real = arr if mask is None else arr[mask]
     _check_finite("y", real)
     if loss == LOSSES["softmax_ce"] and real.size and real.min() < 0:
         raise ValueError(f"y float targets for softmax_ce must be non-negative weights; "
                          f"got a minimum of {real.min()}")
-    return np.where(mask[..., None], arr, 0), False
+    return (arr if mask is None else np.where(mask[..., None], arr, 0)), False
 
 
 def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="softmax_ce",
@@ -239,18 +240,19 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
     T = xa.shape[0] if single else xa.shape[1]
 
     lens = _lengths(lengths, B, T, single)
-    mask = np.arange(T)[None, :] < lens[:, None]
+    # None: every step is real. Otherwise padding is overwritten in private copies.
+    mask = None if lengths is None else np.arange(T)[None, :] < lens[:, None]
     if ids:
         xa = xa.reshape(B, T)
-        real = xa[mask]
+        real = xa if mask is None else xa[mask]
         if real.size and (real.min() < 0 or real.max() >= L):
             raise ValueError(f"x token ids must lie in [0, {L}) (L={L} from params U "
                              f"{p.U.shape}); got values from {real.min()} to {real.max()}")
-        xc = np.where(mask, xa, 0).astype(np.int64)
+        xc = (xa if mask is None else np.where(mask, xa, 0)).astype(np.int64, copy=False)
     else:
         xa = xa.reshape(B, T, L)
-        _check_finite("x", xa[mask])
-        xc = np.where(mask[..., None], xa, 0).astype(dtype)
+        _check_finite("x", xa if mask is None else xa[mask])
+        xc = (xa if mask is None else np.where(mask[..., None], xa, 0)).astype(dtype, copy=False)
 
     yc, y_ids = None, False
     if need_y:
@@ -258,7 +260,7 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
             raise TypeError("y is required: integer class ids or float targets")
         yc, y_ids = _y(y, B, T, C, single, loss_code, mask)
         if not y_ids:
-            yc = yc.astype(dtype)
+            yc = yc.astype(dtype, copy=False)
 
     if h0 is None:
         h0c = np.zeros((B, H), dtype=dtype)
@@ -271,8 +273,7 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
         _check_finite("h0", h)
         h0c = np.array(h, dtype=dtype, order="C").reshape(B, H)
 
-    return Problem(single=single, x=np.ascontiguousarray(xc), ids=ids,
-                   y=None if yc is None else np.ascontiguousarray(yc), y_ids=y_ids,
+    return Problem(single=single, x=xc, ids=ids, y=yc, y_ids=y_ids,
                    lengths=lens, h0=h0c, h0_given=h0 is not None, params=p, rebuild=rebuild,
                    activation=act,
                    loss=loss_code, truncate=truncate, stride=stride)

@@ -183,7 +183,7 @@ def forward(x, params, *, activation="tanh", h0=None, lengths=None):
         np.exp(logits, out=logits)
         probs = logits / logits.sum(axis=-1, keepdims=True)
         probs[~problem.padding_mask()] = 0
-        h = np.ascontiguousarray(h)
+        h = np.array(h, order="C")            # hs is reused by the next call
     if problem.single:
         h, probs = h[0], probs[0]
     return ForwardResult(h, probs)

@@ -157,3 +157,19 @@ def test_all_lengths_zero():
     assert fastbptt.loss(x, y, params, h0=h0, lengths=zeros) == 0.0
     h, p = fastbptt.forward(x, params, h0=h0, lengths=zeros)
     assert h.shape == (B, T, H) and not h.any() and not p.any()
+
+
+@pytest.mark.parametrize("H,B", [(1, 1), (4, 1), (1, 3), (5, 2)])
+def test_results_do_not_share_memory_with_later_calls(H, B):
+    """Scratch memory is reused between calls; nothing returned may point into it."""
+    rng = np.random.default_rng(3)
+    params = fastbptt.init_params(4, H, 3, dtype=np.float64, seed=rng)
+    x1, x2 = rng.integers(0, 4, size=(B, 6)), rng.integers(0, 4, size=(B, 6))
+    y = rng.integers(0, 3, size=(B, 6))
+    first_fwd = fastbptt.forward(x1, params)
+    first = fastbptt.bptt(x1, y, params, h0=np.zeros((B, H)))
+    kept = [a.copy() for a in (*first_fwd, first.h_final, first.dh0, *first.grads)]
+    fastbptt.forward(x2, params)
+    fastbptt.bptt(x2, y, params, h0=np.ones((B, H)))
+    for old, now in zip(kept, (*first_fwd, first.h_final, first.dh0, *first.grads)):
+        assert np.array_equal(old, now)
