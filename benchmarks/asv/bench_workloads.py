@@ -1,0 +1,35 @@
+"""One call of fastbptt.bptt (forward, loss, every gradient) per workload, on one thread,
+and the documents' loop (fastbptt.reference) on W1. Workloads: fastbptt.bench.workloads."""
+from fastbptt.bench.peers import PEERS, set_threads
+from fastbptt.bench.workloads import WORKLOADS, make_data
+
+
+def _prepare(peer, name):
+    workload = WORKLOADS[name]
+    call = PEERS[peer].make(workload, *make_data(workload))
+    call()                                  # compiles, or loads Numba's cache
+    return call
+
+
+class Workloads:
+    params = [list(WORKLOADS)]
+    param_names = ["workload"]
+
+    def setup(self, name):
+        set_threads(1)
+        self.call = _prepare("fastbptt", name)
+
+    def time_fastbptt(self, name):
+        self.call()
+
+
+class DocumentsLoop:
+    params = [["W1"]]
+    param_names = ["workload"]
+
+    def setup(self, name):
+        set_threads(1)
+        self.call = _prepare("documents' loop", name)
+
+    def time_documents_loop(self, name):
+        self.call()

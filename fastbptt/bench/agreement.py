@@ -1,0 +1,58 @@
+"""Before a peer is timed, its loss and gradients are checked against fastbptt's.
+
+Each difference is relative to the largest entry: max |peer − fastbptt| / max |fastbptt|
+per gradient, |Δloss| / |loss| for the loss. A peer that disagrees is reported and not
+timed: a fast wrong answer is no benchmark.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .peers import as_numpy
+
+__all__ = ["Agreement", "compare", "TOLERANCE"]
+
+# float32 sums over B·T steps in different orders drift by ~1e-5 relative; 1e-3 leaves room
+TOLERANCE = {"float32": 1e-3, "float64": 1e-8}
+
+
+@dataclass
+class Agreement:
+    peer: str
+    workload: str
+    tolerance: float
+    errors: dict = field(default_factory=dict)      # "loss", "dU", "dW", "dV" -> relative
+
+    @property
+    def worst(self):
+        return max((v if np.isfinite(v) else np.inf for v in self.errors.values()),
+                   default=np.inf)
+
+    @property
+    def ok(self):
+        return bool(np.isfinite(self.worst) and self.worst <= self.tolerance)
+
+    def describe(self):
+        parts = ", ".join(f"{k} {v:.1e}" for k, v in self.errors.items())
+        verdict = "agrees" if self.ok else "DISAGREES: not timed"
+        return (f"check {self.workload} {self.peer} vs fastbptt: {parts} "
+                f"(tolerance {self.tolerance:.0e}): {verdict}")
+
+
+def _relative(actual, expected):
+    if actual.shape != expected.shape:
+        return np.inf
+    scale = np.abs(expected).max(initial=0.0) or 1.0
+    return float(np.abs(actual - expected).max(initial=0.0) / scale)
+
+
+def compare(peer, workload, outcome, expected):
+    """`Agreement` of a peer's ``(loss, (dU, dW, dV))`` with fastbptt's on a workload."""
+    loss, grads = as_numpy(outcome)
+    loss0, grads0 = as_numpy(expected)
+    errors = {"loss": abs(loss - loss0) / (abs(loss0) or 1.0)}
+    for name, g, g0 in zip(("dU", "dW", "dV"), grads, grads0):
+        errors[name] = _relative(g, g0)
+    return Agreement(peer, workload.name, TOLERANCE[workload.dtype], errors)

@@ -1,0 +1,150 @@
+"""The one registry of implementations that ``fastbptt bench`` and both suites time.
+
+Each `Peer` has a name, the workloads it runs, an availability check that imports its
+library only when called, and a factory ``make(workload, x, y, params) -> Call``. A `Call`
+runs forward + loss + every gradient and returns ``(loss, (dU, dW, dV))`` with the
+gradients in fastbptt's orientation (U is (H, L), W (H, H), V (C, H)), fully computed,
+as NumPy-convertible arrays; its ``note`` says which variant was chosen, if any.
+
+`set_threads` gives every implementation the same thread count.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+__all__ = ["Call", "Peer", "PEERS", "set_threads", "get_threads"]
+
+_THREADS = {"n": 1}
+
+
+@dataclass
+class Call:
+    """A prepared implementation: ``call()`` returns ``(loss, (dU, dW, dV))``."""
+
+    fn: Callable[[], tuple]
+    note: str = ""
+
+    def __call__(self):
+        return self.fn()
+
+
+def _available() -> Optional[str]:
+    return None
+
+
+def _no_threads(n: int) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One implementation; ``unavailable()`` returns the reason it cannot run, or None."""
+
+    name: str
+    slug: str                                  # for test ids and JSON keys
+    make: Callable[..., Call]
+    workloads: tuple = ()                      # timed by default
+    on_request: tuple = ()                     # timed only when asked (slow)
+    unavailable: Callable[[], Optional[str]] = _available
+    set_threads: Callable[[int], None] = field(default=_no_threads)
+
+    def runs(self, workload_name, requested=False):
+        return workload_name in self.workloads or (requested and workload_name in self.on_request)
+
+
+def _make_fastbptt(workload, x, y, params):
+    import fastbptt
+
+    options = workload.options()
+
+    def run():
+        result = fastbptt.bptt(x, y, params, **options)
+        return result.loss, tuple(result.grads[:3])
+
+    return Call(run)
+
+
+def _make_reference(workload, x, y, params):
+    from .. import reference
+
+    options = workload.options()
+
+    def run():
+        result = reference.bptt(x, y, params, **options)
+        return result.loss, tuple(result.grads[:3])
+
+    return Call(run)
+
+
+def _make_torch(workload, x, y, params):
+    from .torch_peer import make
+    return make(workload, x, y, params, threads=get_threads())
+
+
+def _make_jax(workload, x, y, params):
+    from .jax_peer import make
+    return make(workload, x, y, params, threads=get_threads())
+
+
+def _torch_unavailable():
+    from .torch_peer import unavailable
+    return unavailable()
+
+
+def _jax_unavailable():
+    from .jax_peer import unavailable
+    return unavailable(get_threads())
+
+
+def _torch_threads(n):
+    from .torch_peer import set_threads
+    set_threads(n)
+
+
+def _jax_threads(n):
+    from .jax_peer import set_threads
+    set_threads(n)
+
+
+PEERS = {p.name: p for p in [
+    Peer("fastbptt", "fastbptt", _make_fastbptt, workloads=("W1", "W2", "W3", "W4", "W5")),
+    Peer("documents' loop", "reference", _make_reference, workloads=("W1",),
+         on_request=("W3", "W4")),
+    Peer("PyTorch", "torch", _make_torch, workloads=("W2", "W3", "W5"),
+         unavailable=_torch_unavailable, set_threads=_torch_threads),
+    Peer("JAX", "jax", _make_jax, workloads=("W2", "W3", "W5"),
+         unavailable=_jax_unavailable, set_threads=_jax_threads),
+]}
+
+
+def set_threads(n):
+    """Use n threads everywhere: NumPy's and SciPy's BLAS, fastbptt, PyTorch, and JAX.
+
+    JAX fixes its thread pool when it starts, so call this before the first JAX peer
+    is made; `jax_peer` says so if it was started with another count.
+    """
+    from threadpoolctl import threadpool_limits
+
+    import fastbptt
+
+    if not 1 <= n <= (os.cpu_count() or 1):
+        raise ValueError(f"threads must lie in [1, {os.cpu_count()}]; got {n}")
+    _THREADS["n"] = n
+    threadpool_limits(n, user_api="blas")       # NumPy's BLAS too (the documents' loop)
+    fastbptt.set_num_threads(n)
+    for peer in PEERS.values():
+        peer.set_threads(n)
+
+
+def get_threads():
+    return _THREADS["n"]
+
+
+def as_numpy(outcome):
+    """``(float loss, (dU, dW, dV) as float64 NumPy arrays)`` of a Call's result."""
+    loss, grads = outcome
+    return float(loss), tuple(np.asarray(g, dtype=np.float64) for g in grads)

@@ -1,0 +1,217 @@
+"""``fastbptt bench``: time every workload with fastbptt and each available peer.
+
+Per workload: seeded data, fastbptt warmed up (compiled) and timed, then each peer made,
+warmed up, checked against fastbptt and, if it agrees, timed; every call is in this one
+process, with the same thread count for every implementation.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+from . import startup as startup_
+from .agreement import Agreement, compare
+from .peers import PEERS, get_threads, set_threads
+from .timing import (ENVIRONMENT, Timing, busy_cpus, gemm_peak, machine_info, measure,
+                     openblas_warnings)
+from .workloads import WORKLOADS, Workload, make_data
+
+__all__ = ["PeerResult", "WorkloadResult", "BenchReport", "run"]
+
+
+@dataclass
+class PeerResult:
+    status: str                         # "timed", "unavailable", "disagrees" or "failed"
+    timing: Optional[Timing] = None
+    agreement: Optional[Agreement] = None
+    note: str = ""
+
+
+@dataclass
+class WorkloadResult:
+    workload: Workload
+    threads: int
+    fastbptt: Timing
+    peak: float                         # gemm GF/s of this dtype at these threads
+    peers: dict = field(default_factory=dict)           # peer name -> PeerResult
+    scaling: dict = field(default_factory=dict)         # threads -> Timing (W5)
+    scaling_peak: dict = field(default_factory=dict)    # threads -> sgemm GF/s (W5)
+
+    def ratio(self, peer):
+        """Peer time over fastbptt time, or None when the peer was not timed."""
+        result = self.peers.get(peer)
+        if result is None or result.timing is None:
+            return None
+        return result.timing.median / self.fastbptt.median
+
+    @property
+    def gflops(self):
+        return self.workload.flops / self.fastbptt.median / 1e9
+
+    @property
+    def percent_of_peak(self):
+        return 100 * self.gflops / self.peak
+
+
+@dataclass
+class BenchReport:
+    results: list
+    threads: int
+    peak: dict                           # dtype -> GF/s
+    machine: dict
+    command: str
+    date: str
+    warnings: list = field(default_factory=list)
+    startup: Optional[dict] = None
+
+
+class _Progress:
+    """Progress on stderr (stdout is the report): tqdm's bar when tqdm is installed and
+    stderr is a terminal, plain lines otherwise."""
+
+    def __init__(self, total):
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self.bar = None
+        else:
+            self.bar = tqdm(total=total, unit="step", leave=False, disable=None)
+
+    def step(self, label):
+        if self.bar is not None:
+            self.bar.set_description(label)
+
+    def done(self):
+        if self.bar is not None:
+            self.bar.update()
+
+    def write(self, text):
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _busy_warning():
+    """A warning when other processes keep CPUs busy (they skew every figure)."""
+    busy = busy_cpus()
+    if busy is None or busy < 0.25:
+        return []
+    return [f"warning: other processes kept {busy:.1f} of {os.cpu_count()} CPUs busy at "
+            "the start: timings are noisy and multi-thread figures low"]
+
+
+def _command():
+    return "fastbptt " + shlex.join(sys.argv[1:])
+
+
+def _peers_for(name, with_peers, reference):
+    for peer in PEERS.values():
+        if peer.name == "fastbptt":
+            continue
+        if peer.slug == "reference" and reference and peer.runs(name, requested=True):
+            yield peer
+        elif with_peers and peer.runs(name):
+            yield peer
+
+
+def _time_peer(peer, workload, data, expected, repeat, budget, progress):
+    reason = peer.unavailable()
+    if reason:
+        progress.write(f"  {workload.name} {peer.name}: skipped, {reason}")
+        return PeerResult("unavailable", note=reason)
+    try:
+        call = peer.make(workload, *data)
+        agreement = compare(peer.name, workload, call(), expected)
+    except Exception as error:                                 # a peer's own failure
+        note = f"{error.__class__.__name__}: {error}"
+        progress.write(f"  {workload.name} {peer.name}: failed, {note}")
+        return PeerResult("failed", note=note)
+    progress.write("  " + agreement.describe() + (f" [{call.note}]" if call.note else ""))
+    if not agreement.ok:
+        return PeerResult("disagrees", agreement=agreement, note=call.note)
+    once = workload.name in peer.on_request                   # slow: one call is enough
+    timing = measure(call, repeat=1 if once else repeat, budget=budget, warmup=0)
+    return PeerResult("timed", timing, agreement, call.note)
+
+
+def _scaling(result, call, repeat, budget):
+    """fastbptt and sgemm on 1 and 2 threads (reusing the main run's figures for its count):
+    the sgemm ratio shows whether a second core was free to use."""
+    if (os.cpu_count() or 1) < 2:
+        return
+    for n in (1, 2):
+        if n == result.threads:
+            result.scaling[n], result.scaling_peak[n] = result.fastbptt, result.peak
+            continue
+        set_threads(n)
+        try:
+            result.scaling[n] = measure(call, repeat=repeat, budget=budget)
+            result.scaling_peak[n] = gemm_peak(result.workload.dtype, n)
+        finally:
+            set_threads(result.threads)
+
+
+def run(names=tuple(WORKLOADS), threads=1, repeat=50, budget=2.0, with_peers=True,
+        reference=False, startup=False):
+    """Measure; returns a `BenchReport` (printing progress and agreement checks)."""
+    environment = {name: os.environ.get(name) for name in ENVIRONMENT}
+    warnings = openblas_warnings() + _busy_warning()
+    for text in warnings:
+        print(text, file=sys.stderr, flush=True)
+    set_threads(threads)
+    workloads = [WORKLOADS[n] for n in names]
+    plan = {w.name: list(_peers_for(w.name, with_peers, reference)) for w in workloads}
+    progress = _Progress(total=2 + sum(1 + len(p) for p in plan.values()) + 3 * startup)
+
+    progress.step("gemm peak")
+    peak = {dtype: gemm_peak(dtype, threads) for dtype in ("float32", "float64")}
+    progress.done()
+    progress.write(f"gemm peak on {threads} thread(s): sgemm {peak['float32']:.1f} GF/s, "
+                   f"dgemm {peak['float64']:.1f} GF/s (1024x1024, SciPy's BLAS)")
+    results = []
+    for w in workloads:
+        progress.step(f"{w.name} fastbptt")
+        data = make_data(w)
+        call = PEERS["fastbptt"].make(w, *data)
+        expected = call()                                      # compiles or loads the cache
+        timing = measure(call, repeat=repeat, budget=budget, warmup=1)
+        result = WorkloadResult(w, get_threads(), timing, peak[w.dtype])
+        progress.write(f"{w.name} ({w.describe()}): fastbptt {timing.median * 1e3:.3f} ms")
+        progress.done()
+        for peer in plan[w.name]:
+            progress.step(f"{w.name} {peer.name}")
+            result.peers[peer.name] = _time_peer(peer, w, data, expected, repeat, budget,
+                                                 progress)
+            progress.done()
+        if w.name == "W5":
+            progress.step("W5 fastbptt on 1 and 2 threads")
+            _scaling(result, call, repeat, budget)
+        results.append(result)
+    progress.step("versions")
+    machine = machine_info()
+    for name, before in environment.items():                # say what the bench set itself
+        if os.environ.get(name) != before:
+            machine["environment"][name] = f"{os.environ.get(name)} (set by the bench)"
+    progress.done()
+    startup_result = None
+    if startup:
+        startup_result = {}
+        for key, measure_it in (("warm_start", startup_.warm_start),
+                                ("cold_start", startup_.cold_start),
+                                ("w5_memory", startup_.w5_memory)):
+            progress.step(key.replace("_", " "))
+            startup_result[key] = measure_it()
+            progress.done()
+    progress.close()
+    return BenchReport(results, threads, peak, machine, _command(),
+                       datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+                       warnings, startup_result)
