@@ -60,6 +60,18 @@ def activate_columns(m, start, width, act, buf):
             m[i, start + b] = v[i * width + b]
 
 
+@jit(inline="always")
+def derivative(h, act):
+    """f'(a) for one output h = f(a)."""
+    if act == TANH:
+        return 1 - h * h
+    if act == SIGMOID:
+        return h * (1 - h)
+    if act == RELU:
+        return h * 0 + (1 if h > 0 else 0)
+    return h * 0 + 1
+
+
 @jit
 def derivative_into(out, h, act):
     """out <- f'(a) for contiguous 1-D h = f(a) (identity: ones)."""

@@ -13,29 +13,34 @@ Steps are column blocks of B columns in (H, T B) matrices; f'(a) is computed onc
 all steps, and the gradients of the weights are single matrix products over all steps.
 """
 from ._jit import jit
-from .activations import derivative_into
+from .activations import derivative, derivative_into
 from .blas import gemm, matvec_add, scratch
 from .forward import NARROW
 
 
 @jit
-def _sweep(d, fp, WT, chunk, B, blas, acc, carry):
+def _narrow_sweep(d, states, WT, act, chunk, b, B, acc, carry):
+    """`_sweep` for sequence b alone, its delta kept in a contiguous vector, f' read off h."""
+    H, T = d.shape[0], d.shape[1] // B
+    for t in range(T - 1, -1, -1):
+        col = t * B + b
+        for i in range(H):
+            acc[i] = d[i, col]
+        if t + 1 < T and (t + 1) % chunk != 0:
+            matvec_add(WT, carry, acc)
+        for i in range(H):
+            v = acc[i] * derivative(states[i, col], act)
+            d[i, col] = v
+            carry[i] = v
+
+
+@jit
+def _sweep(d, fp, WT, chunk, B, blas):
     """delta_t = (u_t + W^T delta_{t+1}) f'(a_t) in place on d (H, T B), holding u on entry."""
     H, T = d.shape[0], d.shape[1] // B
     for t in range(T - 1, -1, -1):
         lo, hi = t * B, (t + 1) * B
-        cut = t + 1 == T or (t + 1) % chunk == 0
-        if B < NARROW:
-            for b in range(lo, hi):
-                for i in range(H):
-                    acc[i] = d[i, b]
-                    carry[i] = 0 if cut else d[i, b + B]
-                if not cut:
-                    matvec_add(WT, carry, acc)
-                for i in range(H):
-                    d[i, b] = acc[i] * fp[i, b]
-            continue
-        if not cut:
+        if t + 1 < T and (t + 1) % chunk != 0:
             gemm(WT, d[:, hi:hi + B], d[:, lo:hi], 1.0, 1.0, False, False, blas)
         for i in range(H):
             for j in range(lo, hi):
@@ -84,12 +89,17 @@ def backward(hs, err, x_ids, x_dense, ids, WT, V, act, chunk, truncate, stride,
     m = hs.reshape(H, (T + 1) * B)
     states, before = m[:, B:], m[:, :T * B]
     blas = scratch(delta)
-    for i in range(H):
-        derivative_into(fp[i], m[i, B:], act)
     gemm(V, err, delta, 1.0, 0.0, True, False, blas)          # u = V^T e
-    if chunk > 0:
-        _sweep(delta, fp, WT, chunk, B, blas, buf[:H], buf[H:2 * H])
+    if chunk > 0 and B < NARROW:
+        for b in range(B):
+            _narrow_sweep(delta, states, WT, act, chunk, b, B, buf[:H], buf[H:2 * H])
+    elif chunk > 0:
+        for i in range(H):
+            derivative_into(fp[i], m[i, B:], act)
+        _sweep(delta, fp, WT, chunk, B, blas)
     else:
+        for i in range(H):
+            derivative_into(fp[i], m[i, B:], act)
         _lag_major(delta, fp, WT, truncate, stride, B, blas, work[0], work[1])
     gemm(WT, delta[:, :B], dh0, 1.0, 0.0, False, False, blas)
     gemm(delta, before, dW, 1.0, 0.0, False, True, blas)

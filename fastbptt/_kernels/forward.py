@@ -7,16 +7,23 @@ NARROW = 4      # below this many sequences, products run as vector loops, not B
 
 
 @jit
-def _narrow_step(W, m, prev, now, B, act, acc, h):
-    """Columns now + b of m <- f(themselves + W @ column prev + b), one sequence at a time."""
-    for b in range(B):
+def _narrow_sequence(W, m, b, B, steps, act, acc, h):
+    """The recurrence of sequence b alone, its state kept in a contiguous vector.
+
+    Column t B + b of m holds h_{t-1} (h0 for t = 0); columns of later steps hold the
+    input projection on entry and the states on exit.
+    """
+    for i in range(m.shape[0]):
+        h[i] = m[i, b]
+    for t in range(steps):
+        col = (t + 1) * B + b
         for i in range(m.shape[0]):
-            acc[i] = m[i, now + b]
-            h[i] = m[i, prev + b]
+            acc[i] = m[i, col]
         matvec_add(W, h, acc)
         activate_vector(acc, act)
         for i in range(m.shape[0]):
-            m[i, now + b] = acc[i]
+            m[i, col] = acc[i]
+        h, acc = acc, h
 
 
 @jit
@@ -44,18 +51,15 @@ def forward(x_ids, x_dense, ids, U, W, bias, act, lengths, hs, buf):
             row, bi = m[i, B:], bias[i]
             for tb in range(T * B):
                 row[tb] += bi
-    padded = False
-    for b in range(B):
-        padded |= lengths[b] < T
-    for t in range(T):
-        now = (t + 1) * B
-        if B < NARROW:
-            _narrow_step(W, m, t * B, now, B, act, buf[:H], buf[H:2 * H])
-        else:
+    if B < NARROW:
+        for b in range(B):
+            _narrow_sequence(W, m, b, B, lengths[b], act, buf[:H], buf[H:2 * H])
+    else:
+        for t in range(T):
+            now = (t + 1) * B
             gemm(W, m[:, t * B:now], m[:, now:now + B], 1.0, 1.0, False, False, blas)
             activate_columns(m, now, B, act, buf)
-        if padded:
-            for b in range(B):
-                if t >= lengths[b]:
-                    for i in range(H):
-                        hs[i, t + 1, b] = 0
+    for b in range(B):
+        for t in range(lengths[b], T):
+            for i in range(H):
+                hs[i, t + 1, b] = 0
