@@ -40,24 +40,43 @@ def activate_vector(v, act):
 def activate_columns(m, start, width, act, buf):
     """f() on columns start ... start+width-1 of the C-contiguous 2-D array m.
 
-    Wide blocks run row by row; narrow ones (a few sequences) are gathered into the
-    contiguous buffer buf first, so that the functions still run as vectors.
+    Wide blocks run in place, row segment by row segment; narrow ones (a few sequences)
+    are gathered into the contiguous buffer buf first, so the functions still run as
+    vectors.
     """
-    rows = m.shape[0]
+    rows, stop = m.shape[0], start + width
     if act == IDENTITY:
         return
-    if width >= 16:
+    if width < 16:
+        v = buf[:rows * width]
         for i in range(rows):
-            activate_vector(m[i, start:start + width], act)
-        return
-    v = buf[:rows * width]
-    for i in range(rows):
-        for b in range(width):
-            v[i * width + b] = m[i, start + b]
-    activate_vector(v, act)
-    for i in range(rows):
-        for b in range(width):
-            m[i, start + b] = v[i * width + b]
+            for b in range(width):
+                v[i * width + b] = m[i, start + b]
+        activate_vector(v, act)
+        for i in range(rows):
+            for b in range(width):
+                m[i, start + b] = v[i * width + b]
+    elif act == RELU:
+        for i in range(rows):
+            for j in range(start, stop):
+                if m[i, j] < 0:
+                    m[i, j] = 0
+    elif m.itemsize == 4 and act == TANH:
+        for i in range(rows):
+            for j in range(start, stop):
+                m[i, j] = tanh32(m[i, j])
+    elif m.itemsize == 4:
+        for i in range(rows):
+            for j in range(start, stop):
+                m[i, j] = sigmoid32(m[i, j])
+    elif act == TANH:
+        for i in range(rows):
+            for j in range(start, stop):
+                m[i, j] = np.tanh(m[i, j])
+    else:
+        for i in range(rows):
+            for j in range(start, stop):
+                m[i, j] = 1.0 / (1.0 + np.exp(-m[i, j]))
 
 
 @jit(inline="always")

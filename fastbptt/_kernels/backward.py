@@ -14,7 +14,7 @@ all steps, and the gradients of the weights are single matrix products over all 
 """
 from ._jit import jit
 from .activations import derivative, derivative_into
-from .blas import gemm, matvec_add, scratch
+from .blas import gemm, matvec_add, row_sums, scratch
 from .forward import NARROW
 
 
@@ -113,7 +113,5 @@ def backward(hs, err, x_ids, x_dense, ids, WT, V, act, chunk, truncate, stride,
                 out[x_ids[tb]] += row[tb]
     else:
         gemm(delta, x_dense, dU, 1.0, 0.0, False, True, blas)
-    for i in range(H):
-        db[i] = delta[i].sum()
-    for i in range(err.shape[0]):
-        dc[i] = err[i].sum()
+    row_sums(delta, db)
+    row_sums(err, dc)

@@ -123,3 +123,13 @@ def matvec_add(M, x, out):
         for j in range(K):
             s += row[j] * x[j]
         out[r] += s
+
+
+@jit(fastmath=set(FASTMATH) | {"reassoc"})
+def row_sums(m, out):
+    """out[i] = sum of row i of a 2-D array, each sum vectorized (reassociated)."""
+    for i in range(m.shape[0]):
+        s = np.float32(0)
+        for j in range(m.shape[1]):
+            s += m[i, j]
+        out[i] = s
