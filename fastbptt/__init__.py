@@ -9,10 +9,11 @@ from ._results import BPTTResult, ForwardResult
 from .api import bptt, forward, grad, loss, value_and_grad
 from .gradcheck import check_grad
 from ._threads import get_num_threads, set_num_threads
+from ._workspace import clear_workspace
 from .params import Params, init_params
 
 __all__ = [
-    "BPTTResult", "ForwardResult", "Params", "bptt", "check_grad", "forward",
+    "BPTTResult", "ForwardResult", "Params", "bptt", "check_grad", "clear_workspace", "forward",
     "get_num_threads", "grad", "init_params", "loss", "set_num_threads", "value_and_grad",
 ]
 __version__ = "0.1.0"
