@@ -103,14 +103,14 @@ def _array(name, value):
     return arr
 
 
-def _check_finite(name, arr):
-    if arr.size and not np.isfinite(arr).all():
+def _check_finite(name, arr, enabled=True):
+    if enabled and arr.size and not np.isfinite(arr).all():
         bad = np.argwhere(~np.isfinite(arr))[0]
         raise ValueError(f"{name} holds a non-finite value ({arr[tuple(bad)]!r} at index "
                          f"{tuple(int(i) for i in bad)})")
 
 
-def _params(params):
+def _params(params, check_finite=True):
     raw, rebuild = read_structure(params)
     arrays = {}
     for name in ("U", "W", "V", "b", "c"):
@@ -149,7 +149,7 @@ def _params(params):
             raise ValueError(f"params {name} must have shape ({size},) to match U {U.shape} "
                              f"and V {V.shape}; got {arrays[name].shape}")
     for name, arr in arrays.items():
-        _check_finite(f"params {name}", arr)
+        _check_finite(f"params {name}", arr, check_finite)
     clean = Params(*(np.ascontiguousarray(arrays[k]) if k in arrays else None
                      for k in ("U", "W", "V", "b", "c")))
     return clean, rebuild
@@ -188,7 +188,7 @@ def _lengths(lengths, B, T, single):
     return arr.astype(np.int64).reshape(B)
 
 
-def _y(y, B, T, C, single, loss, mask):
+def _y(y, B, T, C, single, loss, mask, check_finite):
     arr = _array("y", y)
     lead = (T,) if single else (B, T)
     if arr.dtype.kind in "iu":
@@ -207,7 +207,7 @@ def _y(y, B, T, C, single, loss, mask):
                          f"got {arr.shape}{hint}")
     arr = arr.reshape(B, T, C)
     real = arr if mask is None else arr[mask]
-    _check_finite("y", real)
+    _check_finite("y", real, check_finite)
     if loss == LOSSES["softmax_ce"] and real.size and real.min() < 0:
         raise ValueError(f"y float targets for softmax_ce must be non-negative weights; "
                          f"got a minimum of {real.min()}")
@@ -215,7 +215,7 @@ def _y(y, B, T, C, single, loss, mask):
 
 
 def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="softmax_ce",
-            h0=None, lengths=None, need_y=True) -> Problem:
+            h0=None, lengths=None, check_finite=True, need_y=True) -> Problem:
     """Validate every argument and return a `Problem` of private contiguous copies."""
     act = _option("activation", activation, ACTIVATIONS)
     loss_code = _option("loss", loss, LOSSES)
@@ -232,7 +232,9 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
         raise ValueError(f"stride must not exceed truncate; got stride={stride}, "
                          f"truncate={truncate}")
 
-    p, rebuild = _params(params)
+    if not isinstance(check_finite, (bool, np.bool_)):
+        raise TypeError(f"check_finite must be True or False; got {check_finite!r}")
+    p, rebuild = _params(params, check_finite)
     L, H, C = p.sizes
     dtype = p.U.dtype
     xa, ids, single = _x(x, p.U)
@@ -251,14 +253,14 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
         xc = (xa if mask is None else np.where(mask, xa, 0)).astype(np.int64, copy=False)
     else:
         xa = xa.reshape(B, T, L)
-        _check_finite("x", xa if mask is None else xa[mask])
+        _check_finite("x", xa if mask is None else xa[mask], check_finite)
         xc = (xa if mask is None else np.where(mask[..., None], xa, 0)).astype(dtype, copy=False)
 
     yc, y_ids = None, False
     if need_y:
         if y is None:
             raise TypeError("y is required: integer class ids or float targets")
-        yc, y_ids = _y(y, B, T, C, single, loss_code, mask)
+        yc, y_ids = _y(y, B, T, C, single, loss_code, mask, check_finite)
         if not y_ids:
             yc = yc.astype(dtype, copy=False)
 
@@ -270,7 +272,7 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
         if h.shape != want:
             raise ValueError(f"h0 must have shape {want} (H={H} from params W"
                              f"{'' if single else ', B from x'}); got {h.shape}")
-        _check_finite("h0", h)
+        _check_finite("h0", h, check_finite)
         h0c = np.array(h, dtype=dtype, order="C").reshape(B, H)
 
     return Problem(single=single, x=xc, ids=ids, y=yc, y_ids=y_ids,

@@ -108,7 +108,7 @@ def _solve(problem):
 
 
 def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="softmax_ce",
-         h0=None, lengths=None):
+         h0=None, lengths=None, check_finite=True):
     """Loss, gradients, final hidden states and dL/dh0 in one call.
 
     Parameters
@@ -134,6 +134,9 @@ def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="soft
         Initial state, (H,) or (B, H); zeros when omitted.
     lengths : array_like, optional
         (B,) sequence lengths: steps t >= lengths[b] are padding (no loss, state untouched).
+    check_finite : bool
+        Raise ValueError for NaN or inf in params, x, y or h0 (default). False skips the
+        scan, which costs one pass over each array (measured: 0.15 ms of W5, 6 us of W2).
 
     Returns
     -------
@@ -142,7 +145,7 @@ def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="soft
         ((H,) for one sequence, (B, H) for a batch; ``dh0`` is zeros when h0 is None).
     """
     problem = prepare(x, y, params, truncate=truncate, stride=stride, activation=activation,
-                      loss=loss, h0=h0, lengths=lengths)
+                      loss=loss, h0=h0, lengths=lengths, check_finite=check_finite)
     total, grads, h_final, dh0 = _solve(problem)
     if not problem.h0_given:
         dh0[:] = 0
@@ -162,14 +165,14 @@ def grad(x, y, params, **options):
     return bptt(x, y, params, **options).grads
 
 
-def forward(x, params, *, activation="tanh", h0=None, lengths=None):
+def forward(x, params, *, activation="tanh", h0=None, lengths=None, check_finite=True):
     """Hidden states and softmax output probabilities.
 
     Returns a `ForwardResult` ``(h, p)``: h is (T, H) or (B, T, H), p is (T, C) or
     (B, T, C); both are zero at padding steps.
     """
     problem = prepare(x, None, params, activation=activation, h0=h0, lengths=lengths,
-                      need_y=False)
+                      check_finite=check_finite, need_y=False)
     p = problem.params
     L, H, C = p.sizes
     B, T = problem.B, problem.T
@@ -189,9 +192,11 @@ def forward(x, params, *, activation="tanh", h0=None, lengths=None):
     return ForwardResult(h, probs)
 
 
-def loss(x, y, params, *, activation="tanh", loss="softmax_ce", h0=None, lengths=None):
+def loss(x, y, params, *, activation="tanh", loss="softmax_ce", h0=None, lengths=None,
+         check_finite=True):
     """The summed loss as a Python float (no gradients)."""
-    problem = prepare(x, y, params, activation=activation, loss=loss, h0=h0, lengths=lengths)
+    problem = prepare(x, y, params, activation=activation, loss=loss, h0=h0, lengths=lengths,
+                      check_finite=check_finite)
     if not (problem.B and problem.T):
         return 0.0
     hs = _states(problem, *_kernel_inputs(problem))

@@ -128,10 +128,10 @@ def _solve(problem):
 
 
 def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="softmax_ce",
-         h0=None, lengths=None):
+         h0=None, lengths=None, check_finite=True):
     """Loss, gradients, final states and dL/dh0, as `fastbptt.bptt`."""
     problem = prepare(x, y, params, truncate=truncate, stride=stride, activation=activation,
-                      loss=loss, h0=h0, lengths=lengths)
+                      loss=loss, h0=h0, lengths=lengths, check_finite=check_finite)
     total, grads, h_final, dh0 = _solve(problem)
     if not problem.h0_given:
         dh0[:] = 0

@@ -112,3 +112,15 @@ def test_forward_and_loss_validate_too(problem):
         fastbptt.loss(x, y + C, params)
     with pytest.raises(ValueError, match="unknown activation"):
         fastbptt.forward(x, params, activation="softplus")
+
+
+def test_check_finite_false_skips_the_scan(problem):
+    """Without the scan a NaN weight is not an error: it shows in the results instead."""
+    x, y, params = problem
+    bad = replace(params, W=np.where(np.eye(H, dtype=bool), np.nan, params.W))
+    with pytest.raises(ValueError, match="params W holds a non-finite value"):
+        fastbptt.grad(x, y, bad)
+    result = fastbptt.bptt(x, y, bad, check_finite=False)
+    assert np.isnan(result.loss) and np.isnan(result.grads.W).any()
+    with pytest.raises(TypeError, match="check_finite must be True or False"):
+        fastbptt.grad(x, y, params, check_finite="no")
