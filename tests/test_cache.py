@@ -1,0 +1,60 @@
+"""A read-only install: Numba's cache falls back to NUMBA_CACHE_DIR, or to compiling in
+memory with one warning, and never breaks import or calls."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fastbptt
+
+SCRIPT = """
+import importlib.util, os, sys
+# load the copy, not the installed package (an editable install's finder would win)
+root = os.path.join(os.environ["FASTBPTT_COPY"], "fastbptt")
+spec = importlib.util.spec_from_file_location(
+    "fastbptt", os.path.join(root, "__init__.py"), submodule_search_locations=[root])
+fastbptt = sys.modules["fastbptt"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(fastbptt)
+assert fastbptt.__file__.startswith(root)
+import numpy as np
+params = fastbptt.init_params(5, 4, 3, dtype=np.float64, seed=0)
+x = np.arange(12) % 5
+print(fastbptt.loss(x, x % 3, params), fastbptt.grad(x, x % 3, params).W.sum())
+"""
+
+
+@pytest.fixture(scope="module")
+def read_only_install(tmp_path_factory):
+    """A copy of the package in which no __pycache__ folder can be created."""
+    root = tmp_path_factory.mktemp("install")
+    shutil.copytree(Path(fastbptt.__file__).parent, root / "fastbptt",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in [root / "fastbptt", *(p for p in (root / "fastbptt").rglob("*") if p.is_dir())]:
+        (folder / "__pycache__").write_text("a file where Numba wants a folder")
+    return root
+
+
+def run(install, **env):
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "XDG_"))}
+    environ.update(FASTBPTT_COPY=str(install), HOME="/dev/null", **env)
+    return subprocess.run([sys.executable, "-c", SCRIPT], env=environ, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_no_writable_cache_compiles_in_memory_with_one_warning(read_only_install):
+    done = run(read_only_install, NUMBA_CACHE_DIR="/dev/null/numba-cache")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("CacheUnavailableWarning") == 1, done.stderr
+    assert "NUMBA_CACHE_DIR" in done.stderr
+    loss, total = map(float, done.stdout.split())
+    assert loss > 0 and abs(total) < 1e6
+
+
+def test_numba_cache_dir_serves_a_read_only_install(read_only_install, tmp_path):
+    done = run(read_only_install, NUMBA_CACHE_DIR=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "CacheUnavailableWarning" not in done.stderr
+    assert any(tmp_path.rglob("*.nbi")), "nothing was cached in NUMBA_CACHE_DIR"
