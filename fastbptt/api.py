@@ -9,6 +9,7 @@ from ._kernels.blas import transpose_into
 from ._kernels.forward import forward as _forward_kernel
 from ._kernels.output import output_errors
 from ._results import BPTTResult, ForwardResult, pack_grads
+from ._threads import ensure_default_threads
 from ._workspace import workspace
 from .params import Params
 
@@ -48,6 +49,7 @@ def _transposed_W(problem):
 
 def _states(problem, x_ids, x_dense, ids):
     """hs (H, T+1, B), a workspace view: hs[:, 0] = h0, hs[:, t + 1] = h_t (0 past lengths)."""
+    ensure_default_threads()
     p, dtype = problem.params, problem.dtype
     L, H, C = p.sizes
     hs = workspace.get("hs", (H, problem.T + 1, problem.B), dtype)

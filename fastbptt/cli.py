@@ -8,7 +8,6 @@ NumPy reference, and prints how well they agree and how much faster the kernels 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 
@@ -16,21 +15,9 @@ import numpy as np
 
 from . import reference
 from .api import bptt
+from .bench.agreement import relative_error
+from .bench.timing import measure
 from .params import init_params
-
-
-def _median_seconds(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def _relative_error(actual, expected):
-    scale = np.abs(expected).max(initial=0.0)
-    return float(np.abs(actual - expected).max(initial=0.0) / (scale or 1.0))
 
 
 def demo(args):
@@ -55,13 +42,13 @@ def demo(args):
     worst = 0.0
     for name, g, r in zip(params._fields, fast.grads, slow.grads):
         if r is not None:
-            err = _relative_error(g, r)
+            err = relative_error(g, r)
             worst = max(worst, err)
             print(f"  d{name}: max |kernels - reference| / max |reference| = {err:.2e}")
 
-    t_fast = _median_seconds(lambda: bptt(x, y, params, **options), args.repeat)
-    t_slow = _median_seconds(lambda: reference.bptt(x, y, params, **options),
-                             max(3, args.repeat // 20))
+    t_fast = measure(lambda: bptt(x, y, params, **options), repeat=args.repeat).median
+    t_slow = measure(lambda: reference.bptt(x, y, params, **options),
+                     repeat=max(3, args.repeat // 20)).median
     print(f"median time: kernels {t_fast * 1e3:.3f} ms, the documents' loop "
           f"{t_slow * 1e3:.1f} ms: {t_slow / t_fast:.0f}x faster")
     tolerance = 1e-10 if dtype == np.float64 else 1e-4

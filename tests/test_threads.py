@@ -41,12 +41,29 @@ def test_concurrent_calls_equal_serial_calls(threads):
                 for got, want in zip(pool.map(run, cases * 1), serial):
                     assert_identical(got, want)
     finally:
-        fastbptt.set_num_threads(fastbptt._threads.DEFAULT_THREADS)
+        fastbptt.set_num_threads(1)
 
 
 def test_results_are_reproducible_run_to_run():
     case = problems(3)[2]
     assert_identical(run(case), run(case))
+
+
+def test_one_thread_by_default():
+    """Unless asked (or told by OPENBLAS_NUM_THREADS), the kernels' BLAS runs one thread."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import numpy as np, fastbptt; p = fastbptt.init_params(3, 4, 2, seed=0); "
+              "fastbptt.grad(np.arange(3), np.arange(3) % 2, p); "
+              "print(fastbptt.get_num_threads())")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS",
+                                                           "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1"]
 
 
 def test_set_num_threads_round_trips_and_validates():

@@ -41,7 +41,8 @@ class Agreement:
                 f"(tolerance {self.tolerance:.0e}): {verdict}")
 
 
-def _relative(actual, expected):
+def relative_error(actual, expected):
+    """max |actual - expected| over max |expected| (inf when the shapes differ)."""
     if actual.shape != expected.shape:
         return np.inf
     scale = np.abs(expected).max(initial=0.0) or 1.0
@@ -54,5 +55,5 @@ def compare(peer, workload, outcome, expected):
     loss0, grads0 = as_numpy(expected)
     errors = {"loss": abs(loss - loss0) / (abs(loss0) or 1.0)}
     for name, g, g0 in zip(("dU", "dW", "dV"), grads, grads0):
-        errors[name] = _relative(g, g0)
+        errors[name] = relative_error(g, g0)
     return Agreement(peer, workload.name, TOLERANCE[workload.dtype], errors)

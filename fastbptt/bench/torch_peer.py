@@ -10,13 +10,12 @@ faster is returned, with the choice and both times in its ``note``.
 """
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 
 import numpy as np
 
 from .peers import Call
+from .timing import measure
 
 __all__ = ["unavailable", "set_threads", "make"]
 
@@ -33,16 +32,6 @@ def set_threads(n):
     torch = sys.modules.get("torch")
     if torch is not None:                        # otherwise `make` sets it on import
         torch.set_num_threads(n)
-
-
-def _quick_median(fn, calls=3):
-    fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def make(workload, x, y, params, threads=1):
@@ -63,7 +52,7 @@ def make(workload, x, y, params, threads=1):
         onehot = F.one_hot(ids, workload.L).to(dtype)
         variants["nn.RNN"] = _rnn(torch, F, onehot, targets, U, W, V, workload.activation,
                                   dtype, C)
-    times = {name: _quick_median(fn) for name, fn in variants.items()}
+    times = {name: measure(fn, repeat=3).median for name, fn in variants.items()}
     best = min(times, key=times.get)
     note = f"{best} (warm-up: " + ", ".join(f"{n} {t * 1e3:.2f} ms"
                                             for n, t in times.items()) + ")"
