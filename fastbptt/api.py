@@ -83,9 +83,10 @@ def _solve(problem):
     p, dtype = problem.params, problem.dtype
     L, H, C = p.sizes
     B, T = problem.B, problem.T
-    dU, dW, dV = np.zeros_like(p.U), np.zeros_like(p.W), np.zeros_like(p.V)
-    db, dc = np.zeros(H, dtype), np.zeros(C, dtype)
-    dh0 = np.zeros((H, B), dtype)
+    # the kernels overwrite every gradient entry; with no step at all they stay zero
+    new = np.empty if B and T else np.zeros
+    dU, dW, dV = new(p.U.shape, dtype), new(p.W.shape, dtype), new(p.V.shape, dtype)
+    db, dc, dh0 = new(H, dtype), new(C, dtype), new((H, B), dtype)
     total, h_final = 0.0, problem.h0.copy()
     if B and T:
         x_ids, x_dense, ids = _kernel_inputs(problem)
@@ -99,12 +100,12 @@ def _solve(problem):
             chunk = k                         # chunks: one sweep, cut at chunk starts
         else:
             chunk = 0                         # windows: lag-major
-        work = workspace.get("lags", (2, H, T * B) if chunk == 0 else (2, H, 0), dtype)
+        ws = workspace
         backward(hs, err, x_ids, x_dense, ids, _transposed_W(problem), p.V, problem.activation,
-                 chunk,
-                 k or 0, s, workspace.get("delta", (H, T * B), dtype),
-                 workspace.get("fprime", (H, T * B), dtype), work,
-                 workspace.get("columns", (2 * H,), dtype), dU, dW, dV, db, dc, dh0)
+                 chunk, k or 0, s, ws.get("delta", (H, T * B), dtype),
+                 ws.get("fprime", (H, T * B), dtype),
+                 ws.get("lags", (2, H, T * B) if chunk == 0 else (2, H, 0), dtype),
+                 ws.get("columns", (2 * H,), dtype), dU, dW, dV, db, dc, dh0)
     grads = Params(dU, dW, dV, db if p.b is not None else None, dc if p.c is not None else None)
     return total, grads, h_final, np.ascontiguousarray(dh0.T)
 
