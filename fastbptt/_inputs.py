@@ -3,9 +3,11 @@
 Every public entry point runs `prepare` before any kernel: it checks kinds, shapes and
 ranges, raises TypeError/ValueError naming the argument, and returns arrays in the
 compute dtype (the params' dtype). These may be the caller's own arrays, so nothing
-downstream writes to them. When lengths are given, steps past a sequence's length are
-overwritten in private copies (ids 0, targets -1, dense rows 0), so padding content
-never reaches a kernel.
+downstream writes to them; big-endian, read-only and non-contiguous arrays are copied,
+since a kernel cannot take them (or would compile again for them). When lengths are
+given, steps past a sequence's length are overwritten in private copies (ids 0,
+targets -1, dense rows 0), so padding content never reaches a kernel, and ids and
+values there are neither range- nor NaN-checked.
 """
 from __future__ import annotations
 
@@ -87,8 +89,14 @@ def _int_option(name, value, *, allow_none=False):
                         f"got {type(value).__name__}") from None
 
 
-def _array(name, value):
-    """np.asarray that rejects what cannot be numeric, naming the argument."""
+def _array(name, value, what="integers or floats"):
+    """np.asarray that rejects what cannot be numeric, naming the argument.
+
+    Arrays of non-native byte order (big-endian files) come back converted to native
+    order: Numba's kernels cannot read them.
+    """
+    if value is None:
+        raise TypeError(f"{name} must be a numeric array; got None")
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be a numeric array; got {type(value).__name__}")
     try:
@@ -96,18 +104,72 @@ def _array(name, value):
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{name} could not be read as an array: {exc}") from None
     if arr.dtype.kind not in "biuf":
-        raise TypeError(f"{name} must hold integers or floats; got dtype {arr.dtype}")
+        raise TypeError(f"{name} must hold {what}; got dtype {arr.dtype}")
     if arr.dtype.kind == "b":
-        raise TypeError(f"{name} must hold integers or floats, not booleans; "
-                        f"cast with .astype(int) or .astype(float)")
+        cast = " or ".join(f".astype({t})" for t in ("int", "float") if t in what)
+        raise TypeError(f"{name} must hold {what}, not booleans; cast with {cast}")
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
 
 
-def _check_finite(name, arr, enabled=True):
-    if enabled and arr.size and not np.isfinite(arr).all():
-        bad = np.argwhere(~np.isfinite(arr))[0]
-        raise ValueError(f"{name} holds a non-finite value ({arr[tuple(bad)]!r} at index "
-                         f"{tuple(int(i) for i in bad)})")
+def _for_kernels(arr):
+    """``arr`` itself when a kernel may read it in place, else a private copy.
+
+    Numba types a read-only array apart from a writable one, so a read-only input would
+    compile a second set of kernels (seconds) instead of reusing the first.
+    """
+    flags = arr.flags
+    if flags.c_contiguous and flags.writeable:
+        return arr
+    return np.array(arr, order="C")
+
+
+def _first(bad, shape=None):
+    """The first True entry of ``bad``: (its index in ``bad``, that index in ``shape``).
+
+    ``shape`` is the caller's shape when ``bad`` is a reshaped view of the caller's
+    array (one sequence seen as a batch of one), so messages point into their array.
+    """
+    flat = int(np.flatnonzero(bad)[0])
+    here = np.unravel_index(flat, bad.shape)
+    theirs = np.unravel_index(flat, bad.shape if shape is None else shape)
+    return here, tuple(int(i) for i in theirs)
+
+
+def _check_finite(name, arr, enabled=True, mask=None, shape=None):
+    """ValueError naming ``name`` for a NaN or inf at a real step.
+
+    ``mask`` (B, T): True at real steps (None: every step is real); ``shape``: the
+    caller's shape of ``arr``, for the index in the message.
+    """
+    if not enabled or not arr.size:
+        return
+    ok = np.isfinite(arr)
+    if mask is not None:
+        ok |= ~mask.reshape(mask.shape + (1,) * (arr.ndim - mask.ndim))    # padding
+    if not ok.all():
+        here, theirs = _first(~ok, shape)
+        raise ValueError(f"{name} holds a non-finite value ({float(arr[here])} at index "
+                         f"{theirs}); pass finite values, or check_finite=False to skip "
+                         f"this check")
+
+
+def _check_ids(name, arr, low, high, mask, what, shape=None):
+    """ValueError unless every id of ``arr`` (B, T) at a real step lies in [low, high).
+
+    ``what()`` says where the bounds come from (called only for the message).
+    """
+    real = arr if mask is None else arr[mask]
+    if not real.size or (real.min() >= low and real.max() < high):
+        return
+    bad = (arr < low) | (arr >= high)
+    if mask is not None:
+        bad &= mask
+    if bad.any():
+        here, theirs = _first(bad, shape)
+        raise ValueError(f"{name} must lie in [{low}, {high}) ({what()}); got {arr[here]} at "
+                         f"index {theirs} (values from {real.min()} to {real.max()})")
 
 
 def _params(params, check_finite=True):
@@ -119,7 +181,7 @@ def _params(params, check_finite=True):
             if name in ("U", "W", "V"):
                 raise ValueError(f"params {name} is None; U, W and V are required")
             continue
-        arr = _array(f"params {name}", value)
+        arr = _array(f"params {name}", value, "floats (float32 or float64)")
         if arr.dtype.kind != "f":
             raise TypeError(f"params {name} must be float32 or float64; got {arr.dtype} "
                             f"(cast with .astype(np.float32))")
@@ -150,73 +212,109 @@ def _params(params, check_finite=True):
                              f"and V {V.shape}; got {arrays[name].shape}")
     for name, arr in arrays.items():
         _check_finite(f"params {name}", arr, check_finite)
-    clean = Params(*(np.ascontiguousarray(arrays[k]) if k in arrays else None
+    clean = Params(*(_for_kernels(arrays[k]) if k in arrays else None
                      for k in ("U", "W", "V", "b", "c")))
     return clean, rebuild
 
 
 def _x(x, U):
-    arr = _array("x", x)
+    arr = _array("x", x, "integer token ids or float inputs")
     if arr.dtype.kind in "iu":
         if arr.ndim not in (1, 2):
-            raise ValueError(f"x as token ids must be (T,) or (B, T); got shape {arr.shape}")
+            hint = ("; dense inputs (B, T, L) must be floats, e.g. x.astype(np.float32)"
+                    if arr.ndim == 3 else "")
+            raise ValueError(f"x as token ids must be (T,) or (B, T); got shape {arr.shape}"
+                             + hint)
         return arr, True, arr.ndim == 1
     if arr.ndim not in (2, 3):
         raise ValueError(f"x as dense floats must be (T, L) or (B, T, L); got shape {arr.shape}"
                          + ("; pass token ids as an integer array" if arr.ndim == 1 else ""))
     if arr.shape[-1] != U.shape[1]:
-        raise ValueError(f"x has {arr.shape[-1]} features but params U is {U.shape}, "
-                         f"which expects {U.shape[1]}")
+        hint = ("; a 2-D float x is one sequence (T, L): pass a batch of token ids as an "
+                "integer array" if arr.ndim == 2 else "")
+        raise ValueError(f"x of shape {arr.shape} has {arr.shape[-1]} features but params U "
+                         f"is {U.shape}, which expects {U.shape[1]}{hint}")
     return arr, False, arr.ndim == 2
 
 
-def _lengths(lengths, B, T, single):
+def _lengths(lengths, B, T, single, x_shape):
     if lengths is None:
         return np.full(B, T, dtype=np.int64)
-    arr = _array("lengths", lengths)
+    arr = _array("lengths", lengths, "integers")
+    if arr.size == 0 and arr.dtype.kind == "f":
+        arr = arr.astype(np.int64)             # [] for a batch of no sequences
     if arr.dtype.kind not in "iu":
         raise TypeError(f"lengths must hold integers; got dtype {arr.dtype}")
     want = () if single else (B,)
     if single and arr.shape == (1,):
         arr = arr.reshape(())
     if arr.shape != want:
-        raise ValueError(f"lengths must have shape {want} (one per sequence of x); "
-                         f"got {arr.shape}")
+        raise ValueError(f"lengths must have shape {want} (one per sequence of x, which has "
+                         f"shape {x_shape}); got {arr.shape}")
     if arr.size and (arr.min() < 0 or arr.max() > T):
-        raise ValueError(f"lengths must lie in [0, T={T}]; got values from {arr.min()} "
-                         f"to {arr.max()}")
+        raise ValueError(f"lengths must lie in [0, T={T}] (T from x of shape {x_shape}); "
+                         f"got values from {arr.min()} to {arr.max()}")
     return arr.astype(np.int64).reshape(B)
 
 
-def _y(y, B, T, C, single, loss, mask, check_finite):
-    arr = _array("y", y)
+def _steps(x_shape, B, T, single):
+    """What x holds, for messages about y."""
+    if single:
+        return f"x of shape {x_shape} is one sequence of T={T} steps"
+    return f"x of shape {x_shape} is B={B} sequences of T={T} steps"
+
+
+def _y(y, B, T, C, single, loss, mask, check_finite, x_shape, V_shape):
+    arr = _array("y", y, "integer class ids or float targets")
     lead = (T,) if single else (B, T)
     if arr.dtype.kind in "iu":
         if arr.shape != lead:
-            raise ValueError(f"y as class ids must have shape {lead} to match x; got {arr.shape}")
+            hint = ("; pass float targets as a float array" if arr.ndim == len(lead) + 1
+                    else "")
+            raise ValueError(f"y as class ids must have shape {lead} "
+                             f"({_steps(x_shape, B, T, single)}); "
+                             f"got {arr.shape}{hint}")
         arr = arr.reshape(B, T)
-        real = arr if mask is None else arr[mask]
-        if real.size and (real.min() < -1 or real.max() >= C):
-            raise ValueError(f"y class ids must lie in [-1, {C}) (C={C} from params V, "
-                             f"-1 = no loss); got values from {real.min()} to {real.max()}")
+        _check_ids("y class ids", arr, -1, C, mask,
+                   lambda: f"C={C} from params V {V_shape}, -1 = no loss", shape=lead)
         return (arr if mask is None else np.where(mask, arr, -1)).astype(np.int64, copy=False), True
     want = lead + (C,)
     if arr.shape != want:
-        hint = "; pass class ids as an integer array" if arr.ndim == len(lead) else ""
-        raise ValueError(f"y as float targets must have shape {want} (C={C} from params V); "
+        hint = "; pass class ids as an integer array" if arr.shape == lead else ""
+        raise ValueError(f"y as float targets must have shape {want} "
+                         f"({_steps(x_shape, B, T, single)}, C={C} from params V {V_shape}); "
                          f"got {arr.shape}{hint}")
     arr = arr.reshape(B, T, C)
+    _check_finite("y", arr, check_finite, mask, shape=want)
     real = arr if mask is None else arr[mask]
-    _check_finite("y", real, check_finite)
     if loss == LOSSES["softmax_ce"] and real.size and real.min() < 0:
-        raise ValueError(f"y float targets for softmax_ce must be non-negative weights; "
-                         f"got a minimum of {real.min()}")
+        negative = arr < 0
+        if mask is not None:
+            negative &= mask[..., None]
+        if negative.any():
+            here, theirs = _first(negative, want)
+            raise ValueError(f"y float targets for softmax_ce must be non-negative weights; "
+                             f"got {float(arr[here])} at index {theirs}")
     return (arr if mask is None else np.where(mask[..., None], arr, 0)), False
+
+
+def _full_bptt(truncate, stride, T):
+    """Whether BPTT(truncate; stride) cuts nothing in T steps: lo(t) = 0 for every t < T.
+
+    lo(t) = max(0, (t // s + 1) s - k) is 0 for all t < T when s >= T (one block) or
+    k >= (T - 1) + s (the last block's end). Such calls run as full BPTT, so sizes
+    beyond the kernels' integers (truncate=10**20) never reach them.
+    """
+    return truncate is None or stride >= T or truncate >= T - 1 + stride
 
 
 def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="softmax_ce",
             h0=None, lengths=None, check_finite=True, need_y=True) -> Problem:
-    """Validate every argument and return a `Problem` of private contiguous copies."""
+    """Validate every argument and return a `Problem` of arrays the kernels can read.
+
+    Arrays are the caller's own where they already have the right dtype, layout and
+    are writable (treat them as read-only), private copies otherwise.
+    """
     act = _option("activation", activation, ACTIVATIONS)
     loss_code = _option("loss", loss, LOSSES)
     truncate = _int_option("truncate", truncate, allow_none=True)
@@ -238,44 +336,47 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
     L, H, C = p.sizes
     dtype = p.U.dtype
     xa, ids, single = _x(x, p.U)
+    x_shape = xa.shape
     B = 1 if single else xa.shape[0]
     T = xa.shape[0] if single else xa.shape[1]
+    if _full_bptt(truncate, stride, T):
+        truncate, stride = None, 1
 
-    lens = _lengths(lengths, B, T, single)
+    lens = _lengths(lengths, B, T, single, x_shape)
     # None: every step is real. Otherwise padding is overwritten in private copies.
     mask = None if lengths is None else np.arange(T)[None, :] < lens[:, None]
     if ids:
         xa = xa.reshape(B, T)
-        real = xa if mask is None else xa[mask]
-        if real.size and (real.min() < 0 or real.max() >= L):
-            raise ValueError(f"x token ids must lie in [0, {L}) (L={L} from params U "
-                             f"{p.U.shape}); got values from {real.min()} to {real.max()}")
+        _check_ids("x token ids", xa, 0, L, mask, lambda: f"L={L} from params U {p.U.shape}",
+                   shape=x_shape)
         xc = (xa if mask is None else np.where(mask, xa, 0)).astype(np.int64, copy=False)
     else:
         xa = xa.reshape(B, T, L)
-        _check_finite("x", xa if mask is None else xa[mask], check_finite)
+        _check_finite("x", xa, check_finite, mask, shape=x_shape)
         xc = (xa if mask is None else np.where(mask[..., None], xa, 0)).astype(dtype, copy=False)
 
     yc, y_ids = None, False
     if need_y:
         if y is None:
             raise TypeError("y is required: integer class ids or float targets")
-        yc, y_ids = _y(y, B, T, C, single, loss_code, mask, check_finite)
+        yc, y_ids = _y(y, B, T, C, single, loss_code, mask, check_finite, x_shape, p.V.shape)
         if not y_ids:
             yc = yc.astype(dtype, copy=False)
+        yc = _for_kernels(yc)
 
     if h0 is None:
         h0c = np.zeros((B, H), dtype=dtype)
     else:
-        h = _array("h0", h0)
+        h = _array("h0", h0, "floats")
         want = (H,) if single else (B, H)
         if h.shape != want:
-            raise ValueError(f"h0 must have shape {want} (H={H} from params W"
-                             f"{'' if single else ', B from x'}); got {h.shape}")
+            raise ValueError(f"h0 must have shape {want} (H={H} from params W {p.W.shape}"
+                             f"{'' if single else f', B={B} from x of shape {x_shape}'}); "
+                             f"got {h.shape}")
         _check_finite("h0", h, check_finite)
         h0c = np.array(h, dtype=dtype, order="C").reshape(B, H)
 
-    return Problem(single=single, x=xc, ids=ids, y=yc, y_ids=y_ids,
+    return Problem(single=single, x=_for_kernels(xc), ids=ids, y=yc, y_ids=y_ids,
                    lengths=lens, h0=h0c, h0_given=h0 is not None, params=p, rebuild=rebuild,
                    activation=act,
                    loss=loss_code, truncate=truncate, stride=stride)

@@ -22,8 +22,9 @@ def activate(a, activation):
     """f(a) for activation code 0 tanh, 1 sigmoid, 2 relu, 3 identity."""
     if activation == 0:
         return np.tanh(a)
-    if activation == 1:
-        return 1 / (1 + np.exp(-a))
+    if activation == 1:                     # 1 / (1 + e^-a), with e^-|a| so nothing overflows
+        e = np.exp(-np.abs(a))
+        return np.where(a >= 0, 1 / (1 + e), e / (1 + e))
     if activation == 2:
         return np.maximum(a, 0)
     return a

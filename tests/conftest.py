@@ -1,4 +1,5 @@
 """Shared fixtures: small random problems for every combination of options."""
+import warnings
 import zlib
 
 import numpy as np
@@ -10,6 +11,16 @@ import fastbptt
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True)
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.load_profile("ci")
+
+# Hypothesis imports this module only to report a failing example, and its import warns
+# (mypy_extensions.TypedDict is deprecated): with warnings as errors, that warning would
+# replace the report of the failure by an INTERNALERROR. Import it now, quietly.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    try:
+        import hypothesis.extra._patching  # noqa: F401
+    except ImportError:
+        pass
 
 ACTIVATIONS = ["tanh", "sigmoid", "relu", "identity"]
 LOSSES = ["softmax_ce", "mse"]
@@ -70,3 +81,33 @@ def rng(request):
     """A generator seeded from the test's id, so each case has its own fixed data."""
     seed = zlib.crc32(request.node.nodeid.encode())
     return np.random.default_rng(seed)
+
+
+TOLERANCE = {np.float64: 1e-10, np.float32: 1e-4}
+
+
+def relative_error(actual, expected):
+    """max |actual - expected| over the largest |expected| (the max |actual| if that is 0)."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    scale = np.abs(expected).max(initial=0.0)
+    if scale == 0.0:
+        return float(np.abs(actual).max(initial=0.0))
+    return float(np.abs(actual - expected).max() / scale)
+
+
+def assert_agree(got, want, dtype):
+    """Every field of two BPTTResults agrees to the dtype's tolerance."""
+    tol = TOLERANCE[dtype]
+    assert isinstance(got.loss, float)
+    assert abs(got.loss - want.loss) <= tol * max(1.0, abs(want.loss))
+    assert type(got.grads) is type(want.grads)
+    for name, g, w in zip(want.grads._fields, got.grads, want.grads):
+        if w is None:
+            assert g is None, name
+            continue
+        assert g.dtype == dtype and g.shape == w.shape, name
+        assert relative_error(g, w) <= tol, (name, relative_error(g, w))
+    for name in ("h_final", "dh0"):
+        g, w = getattr(got, name), getattr(want, name)
+        assert g.dtype == dtype and g.shape == w.shape, name
+        assert relative_error(g, w) <= tol, (name, relative_error(g, w))

@@ -10,37 +10,10 @@ import pytest
 
 import fastbptt
 from fastbptt import reference
-from conftest import ACTIVATIONS, LOSSES, TRUNCATIONS, make_problem, truncation_id
+from conftest import ACTIVATIONS, LOSSES, TRUNCATIONS, assert_agree, make_problem, truncation_id
 
-TOLERANCE = {np.float64: 1e-10, np.float32: 1e-4}
 # bias, x as ids, y as ids, h0 given, lengths given
 LAYOUTS = list(itertools.product([True, False], repeat=5))
-
-
-def relative_error(actual, expected):
-    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
-    scale = np.abs(expected).max(initial=0.0)
-    if scale == 0.0:
-        return float(np.abs(actual).max(initial=0.0))
-    return float(np.abs(actual - expected).max() / scale)
-
-
-def assert_agree(got, want, dtype):
-    """Every field of two BPTTResults agrees to the dtype's tolerance."""
-    tol = TOLERANCE[dtype]
-    assert isinstance(got.loss, float)
-    assert abs(got.loss - want.loss) <= tol * max(1.0, abs(want.loss))
-    assert type(got.grads) is type(want.grads)
-    for name, g, w in zip(want.grads._fields, got.grads, want.grads):
-        if w is None:
-            assert g is None, name
-            continue
-        assert g.dtype == dtype and g.shape == w.shape, name
-        assert relative_error(g, w) <= tol, (name, relative_error(g, w))
-    for name in ("h_final", "dh0"):
-        g, w = getattr(got, name), getattr(want, name)
-        assert g.dtype == dtype and g.shape == w.shape, name
-        assert relative_error(g, w) <= tol, (name, relative_error(g, w))
 
 
 @pytest.mark.parametrize("truncation", TRUNCATIONS, ids=truncation_id)

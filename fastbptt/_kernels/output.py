@@ -74,7 +74,7 @@ def output_errors(hs, V, c, loss_kind, y_ids, y_dense, ids, lengths, err, cols):
         for i in range(C):
             row, y = err[i], y_dense[i]
             for j in range(n):
-                picked[j] += y[j] * row[j]
+                picked[j] += 1.0 * y[j] * row[j]       # in float64, as the loss
                 total_w[j] += y[j]
     for i in range(C):
         _exp_shifted(err[i], top)
