@@ -4,6 +4,10 @@
 h_t = f(U x_t + W h_{t-1} + b), o_t = V h_t + c, with optional truncation, in the
 structure of ``params``. `fastbptt.reference` computes the same numbers with readable
 NumPy loops.
+
+For training loops: `fastbptt.optim` (SGD, Adagrad, Adam, updating params in place),
+`clip_grads`, `fastbptt.text` (a character codec and a stream batcher for chunked training),
+`sample`, `fastbptt.checkpoint`, and the ``fastbptt train`` command (`fastbptt.train`).
 """
 from ._results import BPTTResult, ForwardResult
 from .api import bptt, forward, grad, loss, value_and_grad
@@ -11,9 +15,16 @@ from .gradcheck import check_grad
 from ._threads import get_num_threads, set_num_threads
 from ._workspace import clear_workspace
 from .params import Params, init_params
+from . import checkpoint, optim, text
+from .clip import clip_grads
+from .optim import SGD, Adagrad, Adam
+from .sampling import sample
+from .text import Codec, StreamBatcher
 
 __all__ = [
     "BPTTResult", "ForwardResult", "Params", "bptt", "check_grad", "clear_workspace", "forward",
     "get_num_threads", "grad", "init_params", "loss", "set_num_threads", "value_and_grad",
+    "Adagrad", "Adam", "Codec", "SGD", "StreamBatcher", "checkpoint", "clip_grads", "optim",
+    "sample", "text",
 ]
 __version__ = "0.1.0"

@@ -1,0 +1,72 @@
+"""Text to train on: the user's files, or the Python standard library's own source.
+
+The default corpus needs no download: the ``.py`` files directly in the folder of the
+``os`` module, in sorted order, skipping any that are not pure ASCII (a handful, which
+would add dozens of rare characters to the vocabulary), whole files until the next one
+would pass ``max_chars``. The last ``val_fraction`` of the text is held out for validation.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import NamedTuple
+
+__all__ = ["Corpus", "default_corpus", "read_files", "DEFAULT_MAX_CHARS"]
+
+DEFAULT_MAX_CHARS = 3_000_000
+
+
+class Corpus(NamedTuple):
+    text: str
+    description: str
+    sources: tuple[str, ...]       # the files read, or ("<stdlib>",)
+
+    @property
+    def digest(self):
+        """sha256 of the text: a resumed run checks it reads the same corpus."""
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+    def split(self, val_fraction):
+        """(train, validation): the last ``val_fraction`` of the characters is validation."""
+        if not 0 <= val_fraction < 1:
+            raise ValueError(f"val_fraction must lie in [0, 1); got {val_fraction}")
+        cut = len(self.text) - int(round(len(self.text) * val_fraction))
+        return self.text[:cut], self.text[cut:]
+
+
+def default_corpus(max_chars=DEFAULT_MAX_CHARS):
+    """The standard library's top-level ASCII source files, up to ``max_chars`` characters."""
+    folder = os.path.dirname(os.__file__)
+    parts, total, used = [], 0, 0
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        try:
+            with open(os.path.join(folder, name), encoding="ascii") as f:
+                text = f.read()
+        except (UnicodeDecodeError, OSError):
+            continue
+        if total + len(text) > max_chars:
+            break
+        parts.append(text)
+        total += len(text)
+        used += 1
+    if not parts:
+        raise RuntimeError(f"found no readable standard-library source in {folder}")
+    description = (f"the standard library's source: {used} .py files in {folder}, "
+                   f"{total:,} characters")
+    return Corpus("".join(parts), description, ("<stdlib>",))
+
+
+def read_files(paths):
+    """The files' text (UTF-8, undecodable bytes replaced), concatenated in the given order."""
+    parts = []
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            parts.append(f.read())
+    text = "".join(parts)
+    if len(text) < 3:
+        raise ValueError(f"the text files hold {len(text)} characters; need at least 3")
+    names = ", ".join(os.path.basename(p) for p in paths)
+    return Corpus(text, f"{names}: {len(text):,} characters",
+                  tuple(os.path.abspath(p) for p in paths))

@@ -1,0 +1,66 @@
+"""Text from a trained character model: prime it, then draw characters one at a time."""
+from __future__ import annotations
+
+import numpy as np
+
+from .api import forward
+from .params import read_structure
+
+__all__ = ["sample", "sample_ids"]
+
+_ACTIVATIONS = {
+    "tanh": np.tanh,
+    "sigmoid": lambda a: 1.0 / (1.0 + np.exp(-a)),
+    "relu": lambda a: np.maximum(a, 0.0),
+    "identity": lambda a: a,
+}
+
+
+def _probabilities(h, V, c, temperature):
+    """softmax((V h + c) / temperature) in float64."""
+    logits = V.astype(np.float64) @ h.astype(np.float64)
+    if c is not None:
+        logits += c
+    logits /= temperature
+    logits -= logits.max()
+    p = np.exp(logits)
+    return p / p.sum()
+
+
+def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="tanh",
+               h0=None):
+    """``n`` ids drawn after the ids ``prime_ids`` (may be empty), and the final state.
+
+    The prime runs through `fastbptt.forward`; each next id is drawn from
+    softmax(o / temperature) by inverting the cumulative distribution at ``rng.random()``,
+    so the same generator state gives the same ids.
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive; got {temperature}")
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; choose from "
+                         f"{', '.join(_ACTIVATIONS)}")
+    rng = np.random.default_rng(rng)
+    p, _ = read_structure(params)
+    f = _ACTIVATIONS[activation]
+    L, H, C = p.sizes
+    h = np.zeros(H, p.U.dtype) if h0 is None else np.asarray(h0, p.U.dtype)
+    prime_ids = np.asarray(prime_ids, np.int64).reshape(-1)
+    if prime_ids.size:
+        h = forward(prime_ids, p, activation=activation, h0=h).h[-1]
+    out = np.empty(n, np.int64)
+    b = 0 if p.b is None else p.b
+    for i in range(n):
+        probs = _probabilities(h, p.V, p.c, temperature)
+        k = int(np.searchsorted(np.cumsum(probs), rng.random() * probs.sum(), side="right"))
+        out[i] = k = min(k, C - 1)
+        h = f(p.U[:, k] + p.W @ h + b).astype(p.U.dtype)
+    return out, h
+
+
+def sample(params, codec, *, prime="", chars=200, temperature=1.0, rng=None,
+           activation="tanh"):
+    """``chars`` characters continuing ``prime`` (the prime itself is not included)."""
+    ids, _ = sample_ids(params, codec.encode(prime), chars, temperature=temperature,
+                        rng=rng, activation=activation)
+    return codec.decode(ids)

@@ -1,0 +1,132 @@
+"""Characters as token ids, and a batcher that walks B cursors through one long id stream.
+
+`Codec` maps each distinct character of a text to an id (sorted by code point) and back;
+its vocabulary is an int32 array of code points, stored with the model in a checkpoint.
+
+`StreamBatcher` cuts a stream of N ids into B contiguous segments of S = (N - 1) // B
+steps, one per cursor, and each `next()` returns the next T steps of every cursor:
+x = ids[pos : pos + T] and y = ids[pos + 1 : pos + T + 1] of each segment. Carrying each
+call's ``h_final`` into the next call's ``h0`` makes a run of calls with
+``truncate=stride=T`` compute exactly the loss and gradients of one call over the whole
+segments (SPEC.md §3, chunked training). When the segments are used up the cursors start
+again from their beginnings, and `next()` says so (``fresh``), to reset the state.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+__all__ = ["Codec", "StreamBatcher", "Batch", "unigram_entropy"]
+
+
+class Codec:
+    """Text <-> integer ids over a fixed vocabulary of characters."""
+
+    def __init__(self, chars):
+        chars = list(chars)
+        if len(set(chars)) != len(chars):
+            raise ValueError("the vocabulary has repeated characters")
+        if not chars:
+            raise ValueError("the vocabulary is empty")
+        self.chars = chars
+        self._index = {c: i for i, c in enumerate(chars)}
+        size = max(map(ord, chars)) + 1
+        self._table = np.full(size, -1, np.int64)          # code point -> id
+        self._table[[ord(c) for c in chars]] = np.arange(len(chars))
+
+    @classmethod
+    def from_text(cls, text):
+        """The distinct characters of ``text``, sorted by code point."""
+        return cls(sorted(set(text)))
+
+    @classmethod
+    def from_array(cls, codes):
+        """From `to_array`'s code points."""
+        return cls([chr(int(c)) for c in np.asarray(codes)])
+
+    def to_array(self):
+        """The vocabulary as int32 code points (what a checkpoint stores)."""
+        return np.array([ord(c) for c in self.chars], np.int32)
+
+    def __len__(self):
+        return len(self.chars)
+
+    def __eq__(self, other):
+        return isinstance(other, Codec) and self.chars == other.chars
+
+    def encode(self, text):
+        """int64 ids of ``text``; ValueError naming any character outside the vocabulary."""
+        codes = np.frombuffer(text.encode("utf-32-le"), np.uint32).astype(np.int64)
+        ids = np.full(codes.shape, -1, np.int64)
+        inside = codes < self._table.size
+        ids[inside] = self._table[codes[inside]]
+        if (ids < 0).any():
+            missing = sorted({chr(c) for c in codes[ids < 0]})
+            raise ValueError(f"characters not in the vocabulary: {''.join(missing)!r}")
+        return ids
+
+    def decode(self, ids):
+        """The text of ``ids``."""
+        return "".join(self.chars[int(i)] for i in np.asarray(ids).reshape(-1))
+
+
+def unigram_entropy(ids, size):
+    """Entropy in nats of the ids' own frequencies: -sum p log p with p the counts / N.
+
+    That is the cross-entropy per character of the best context-free model of ``ids``,
+    evaluated on the same ``ids``.
+    """
+    counts = np.bincount(np.asarray(ids).reshape(-1), minlength=size).astype(np.float64)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
+class Batch(NamedTuple):
+    """x, y (B, T') int64 views and whether the cursors just (re)started."""
+
+    x: np.ndarray
+    y: np.ndarray
+    fresh: bool
+
+
+class StreamBatcher:
+    """B parallel cursors over one id stream, T steps per call (the last call of a pass
+    may be shorter when T does not divide the segment length S)."""
+
+    def __init__(self, ids, batch, steps):
+        ids = np.ascontiguousarray(ids, np.int64).reshape(-1)
+        if batch < 1 or steps < 1:
+            raise ValueError(f"batch and steps must be at least 1; got {batch}, {steps}")
+        segment = (ids.size - 1) // batch
+        if segment < 1:
+            raise ValueError(f"a stream of {ids.size} ids is too short for {batch} cursors "
+                             "(each needs at least 2)")
+        self.batch, self.steps, self.segment = batch, steps, segment
+        n = batch * segment
+        self.inputs = ids[:n].reshape(batch, segment)          # x of every cursor
+        self.targets = ids[1:n + 1].reshape(batch, segment)    # y: the next id
+        self.pos = 0
+        self.passes = 0                                        # completed passes
+
+    @property
+    def calls_per_pass(self):
+        return -(-self.segment // self.steps)
+
+    def next(self):
+        """The next T steps of every cursor, (B, T') each, as a `Batch`."""
+        if self.pos >= self.segment:
+            self.pos = 0
+            self.passes += 1
+        fresh = self.pos == 0
+        stop = min(self.pos + self.steps, self.segment)
+        x = self.inputs[:, self.pos:stop]
+        y = self.targets[:, self.pos:stop]
+        self.pos = stop
+        return Batch(x, y, fresh)
+
+    def state_dict(self):
+        return {"pos": self.pos, "passes": self.passes}
+
+    def load_state_dict(self, state):
+        self.pos, self.passes = int(state["pos"]), int(state["passes"])

@@ -1,0 +1,152 @@
+"""Gradient clipping, the character codec, and the stream batcher's coverage and state."""
+import numpy as np
+import pytest
+
+import fastbptt
+from fastbptt.text import Codec, StreamBatcher, unigram_entropy
+
+
+def grads_of(U, W, V, b=None, c=None):
+    return fastbptt.Params(*(None if a is None else np.array(a, np.float64)
+                             for a in (U, W, V, b, c)))
+
+
+def test_clip_by_norm_returns_the_norm_before():
+    g = grads_of([[3.0]], [[0.0]], [[4.0]], [0.0], [0.0])     # norm 5
+    norm = fastbptt.clip_grads(g, max_norm=1.0)
+    assert norm == pytest.approx(5.0)
+    assert g.U[0, 0] == pytest.approx(0.6) and g.V[0, 0] == pytest.approx(0.8)
+    assert fastbptt.clip_grads(g, max_norm=1.0) == pytest.approx(1.0)
+
+
+def test_norm_below_the_limit_leaves_gradients_alone():
+    g = grads_of([[0.3]], [[0.4]], [[0.0]])
+    assert fastbptt.clip_grads(g, max_norm=1.0) == pytest.approx(0.5)
+    assert g.U[0, 0] == 0.3 and g.W[0, 0] == 0.4
+
+
+def test_clip_by_value_in_place_for_dicts_and_tuples():
+    d = {"U": np.array([[-7.0, 2.0]]), "W": np.array([[6.0]]), "V": np.array([[-1.0]])}
+    norm = fastbptt.clip_grads(d, max_value=5.0)
+    assert norm == pytest.approx(np.sqrt(49 + 4 + 36 + 1))
+    np.testing.assert_array_equal(d["U"], [[-5.0, 2.0]])
+    np.testing.assert_array_equal(d["W"], [[5.0]])
+    t = (np.array([[10.0]], np.float32), np.array([[0.0]], np.float32),
+         np.array([[-10.0]], np.float32))
+    fastbptt.clip_grads(t, max_value=1.0)
+    assert t[0][0, 0] == 1 and t[2][0, 0] == -1 and t[0].dtype == np.float32
+
+
+def test_both_modes_norm_first_then_value():
+    g = grads_of([[30.0, 0.0]], [[40.0]], [[0.0]])            # norm 50
+    assert fastbptt.clip_grads(g, max_norm=10.0, max_value=7.0) == pytest.approx(50.0)
+    np.testing.assert_allclose(g.U, [[6.0, 0.0]])
+    np.testing.assert_allclose(g.W, [[7.0]])                  # 8 scaled, then clipped
+
+
+def test_clip_rejects_bad_limits():
+    g = grads_of([[1.0]], [[1.0]], [[1.0]])
+    with pytest.raises(ValueError):
+        fastbptt.clip_grads(g, max_norm=0.0)
+    with pytest.raises(ValueError):
+        fastbptt.clip_grads(g, max_value=-1.0)
+
+
+def test_codec_round_trip_and_serialisation():
+    text = "def f(x):\n    return x * 2  # café ✓\n"
+    codec = Codec.from_text(text)
+    ids = codec.encode(text)
+    assert ids.dtype == np.int64 and ids.max() == len(codec) - 1
+    assert codec.decode(ids) == text
+    again = Codec.from_array(codec.to_array())
+    assert again == codec and again.decode(again.encode(text)) == text
+    with pytest.raises(ValueError, match="not in the vocabulary: 'Zz'"):
+        codec.encode("Zz")
+    assert codec.encode("").size == 0
+
+
+def test_unigram_entropy():
+    assert unigram_entropy(np.array([0, 1, 0, 1]), 3) == pytest.approx(np.log(2))
+    assert unigram_entropy(np.array([2, 2, 2]), 3) == 0.0
+
+
+def test_batcher_covers_each_segment_once_per_pass():
+    ids = np.arange(103)
+    b = StreamBatcher(ids, batch=4, steps=7)          # segments of 25: 4 calls of 7, last 4
+    assert b.segment == 25 and b.calls_per_pass == 4
+    xs, ys, fresh = [], [], []
+    for _ in range(b.calls_per_pass):
+        x, y, f = b.next()
+        xs.append(x)
+        ys.append(y)
+        fresh.append(f)
+    assert fresh == [True, False, False, False]
+    assert [x.shape[1] for x in xs] == [7, 7, 7, 4]
+    X, Y = np.concatenate(xs, axis=1), np.concatenate(ys, axis=1)
+    np.testing.assert_array_equal(X, np.arange(100).reshape(4, 25))
+    np.testing.assert_array_equal(Y, X + 1)          # y is the next character
+    x, y, f = b.next()                                # a new pass starts over
+    assert f and b.passes == 1
+    np.testing.assert_array_equal(x, xs[0])
+
+
+def test_batcher_state_round_trip():
+    ids = np.arange(50)
+    a = StreamBatcher(ids, 3, 4)
+    for _ in range(5):
+        a.next()
+    b = StreamBatcher(ids, 3, 4)
+    b.load_state_dict(a.state_dict())
+    for _ in range(6):
+        np.testing.assert_array_equal(a.next().x, b.next().x)
+
+
+@pytest.mark.parametrize("steps, length", [(6, 30), (7, 30), (30, 30)])
+def test_chunked_calls_equal_one_truncated_call(steps, length):
+    """SPEC.md §3: calls of T steps carrying h_final into h0, summed, equal one call over
+    each whole segment with truncate = stride = T (loss and every gradient)."""
+    rng = np.random.default_rng(steps)
+    B, L, H = 3, 6, 5
+    ids = rng.integers(0, L, size=B * length + 1)
+    params = fastbptt.init_params(L, H, L, dtype=np.float64, seed=2)
+    batcher = StreamBatcher(ids, B, steps)
+    assert batcher.segment == length
+    total, sums, h = 0.0, None, None
+    for _ in range(batcher.calls_per_pass):
+        x, y, fresh = batcher.next()
+        out = fastbptt.bptt(x, y, params, truncate=steps, stride=steps,
+                            h0=None if fresh else h)
+        h = out.h_final
+        total += out.loss
+        sums = out.grads if sums is None else fastbptt.Params(
+            *(a + g for a, g in zip(sums, out.grads)))
+    whole = fastbptt.bptt(batcher.inputs, batcher.targets, params, truncate=steps,
+                          stride=steps)
+    assert total == pytest.approx(whole.loss, rel=1e-12)
+    for name, got, want in zip(params._fields, sums, whole.grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(h, whole.h_final, rtol=1e-12)
+    # per cursor: each row alone is the same stream
+    for b in range(B):
+        one = fastbptt.bptt(batcher.inputs[b], batcher.targets[b], params, truncate=steps,
+                            stride=steps)
+        np.testing.assert_allclose(one.h_final, whole.h_final[b], rtol=1e-12)
+
+
+def test_window_truncation_runs_in_the_stream_loop():
+    """stride=1 with the state carried: each call equals the reference's."""
+    from fastbptt import reference
+
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 4, size=41)
+    params = fastbptt.init_params(4, 3, 4, dtype=np.float64, seed=3)
+    batcher = StreamBatcher(ids, 2, 8)
+    h = None
+    for _ in range(batcher.calls_per_pass):
+        x, y, fresh = batcher.next()
+        h0 = np.zeros((2, 3)) if fresh else h
+        out = fastbptt.bptt(x, y, params, truncate=3, stride=1, h0=h0)
+        ref = reference.bptt(x, y, params, truncate=3, stride=1, h0=h0)
+        assert out.loss == pytest.approx(ref.loss, rel=1e-12)
+        np.testing.assert_allclose(out.grads.W, ref.grads.W, rtol=1e-9, atol=1e-12)
+        h = out.h_final

@@ -1,0 +1,160 @@
+"""Optimizers against hand-computed updates, for every params structure, and their state."""
+import numpy as np
+import pytest
+
+import fastbptt
+from fastbptt.optim import SGD, Adagrad, Adam, make_optimizer
+
+P0 = {"U": [[1.0, -2.0]], "W": [[0.5]], "V": [[2.0], [-1.0]], "b": [0.0], "c": [1.0, 3.0]}
+G1 = {"U": [[0.5, 1.0]], "W": [[-2.0]], "V": [[0.0], [4.0]], "b": [1.0], "c": [-0.5, 0.25]}
+G2 = {"U": [[-1.0, 0.5]], "W": [[1.0]], "V": [[3.0], [-2.0]], "b": [0.0], "c": [2.0, -1.0]}
+KEYS = ("U", "W", "V", "b", "c")
+
+
+def arrays(d, dtype=np.float64):
+    return {k: np.array(d[k], dtype) for k in KEYS}
+
+
+def as_structure(d, kind):
+    if kind == "Params":
+        return fastbptt.Params(*(d[k] for k in KEYS))
+    if kind == "dict":
+        return dict(d)
+    if kind == "tuple":
+        return tuple(d[k] for k in KEYS)
+    if kind == "list":
+        return [d[k] for k in KEYS]
+    if kind == "tuple3":
+        return tuple(d[k] for k in KEYS[:3])
+    raise AssertionError(kind)
+
+
+def expected(kind, **opts):
+    """Two steps of each rule, written out entry by entry in float64."""
+    p, g1, g2 = arrays(P0), arrays(G1), arrays(G2)
+    out = {}
+    for k in KEYS:
+        x = p[k].copy()
+        if kind == "sgd":
+            m, lr = opts.get("momentum", 0.0), opts["lr"]
+            v = g1[k]
+            x = x - lr * v
+            v = m * v + g2[k]
+            x = x - lr * v
+        elif kind == "adagrad":
+            lr = opts["lr"]
+            mem = g1[k] ** 2
+            x = x - lr * g1[k] / np.sqrt(mem + 1e-8)
+            mem = mem + g2[k] ** 2
+            x = x - lr * g2[k] / np.sqrt(mem + 1e-8)
+        elif kind == "adam":
+            lr, b1, b2, eps = opts["lr"], 0.9, 0.999, 1e-8
+            m = np.zeros_like(x)
+            v = np.zeros_like(x)
+            for t, g in ((1, g1[k]), (2, g2[k])):
+                m = b1 * m + (1 - b1) * g
+                v = b2 * v + (1 - b2) * g * g
+                mhat, vhat = m / (1 - b1 ** t), v / (1 - b2 ** t)
+                x = x - lr * mhat / (np.sqrt(vhat) + eps)
+        out[k] = x
+    return out
+
+
+CASES = [("sgd", {"lr": 0.1}), ("sgd", {"lr": 0.1, "momentum": 0.9}),
+         ("adagrad", {"lr": 0.1}), ("adam", {"lr": 0.01})]
+STRUCTURES = ["Params", "dict", "tuple", "list", "tuple3"]
+
+
+@pytest.mark.parametrize("structure", STRUCTURES)
+@pytest.mark.parametrize("kind, opts", CASES, ids=lambda c: str(c))
+def test_two_steps_match_hand_computed(kind, opts, structure):
+    p = arrays(P0)
+    params = as_structure(p, structure)
+    ids = {k: id(v) for k, v in p.items()}
+    opt = make_optimizer(kind, **opts)
+    opt.step(params, as_structure(arrays(G1), structure))
+    opt.step(params, as_structure(arrays(G2), structure))
+    want = expected(kind, **opts)
+    names = KEYS[:3] if structure == "tuple3" else KEYS
+    for i, k in enumerate(names):
+        got = params[k] if structure == "dict" else params[i]
+        assert id(got) == ids[k]                         # updated in place
+        np.testing.assert_allclose(got, want[k], rtol=1e-12, atol=1e-14, err_msg=k)
+
+
+@pytest.mark.parametrize("kind, opts", CASES, ids=lambda c: str(c))
+def test_state_dict_round_trip_continues_identically(kind, opts):
+    a_params = fastbptt.Params(*arrays(P0, np.float32).values())
+    b_params = fastbptt.Params(*(v.copy() for v in a_params))
+    a = make_optimizer(kind, **opts)
+    a.step(a_params, arrays(G1, np.float32))
+    b = make_optimizer(kind, **opts)
+    b.step(b_params, arrays(G1, np.float32))
+    state = b.state_dict()
+    fresh = make_optimizer(kind, lr=123.0)
+    fresh.load_state_dict(state)
+    assert fresh.lr == opts["lr"] and fresh.t == 1
+    a.step(a_params, arrays(G2, np.float32))
+    fresh.step(b_params, arrays(G2, np.float32))
+    for x, y in zip(a_params, b_params):
+        assert x.dtype == np.float32
+        np.testing.assert_array_equal(x, y)
+
+
+def test_state_dict_is_a_copy_and_checks_kind():
+    params = arrays(P0)
+    opt = Adam(0.1)
+    opt.step(params, arrays(G1))
+    state = opt.state_dict()
+    state["m.U"][...] = 99
+    assert not (opt.state["U"]["m"] == 99).any()
+    with pytest.raises(ValueError, match="adam"):
+        SGD(0.1).load_state_dict(state)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="lr"):
+        Adam(0.0)
+    with pytest.raises(ValueError, match="momentum"):
+        SGD(0.1, momentum=1.0)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        make_optimizer("rmsprop", 0.1)
+    params = arrays(P0)
+    grads = arrays(G1)
+    grads["W"] = np.zeros((2, 2))
+    with pytest.raises(ValueError, match="'W'"):
+        Adagrad(0.1).step(params, grads)
+    frozen = arrays(P0)
+    frozen["U"].setflags(write=False)
+    with pytest.raises(TypeError, match="writeable"):
+        SGD(0.1).step(frozen, arrays(G1))
+
+
+def test_updates_the_arrays_grad_returns_for():
+    """A step on real gradients lowers the loss (same structure in, same out)."""
+    rng = np.random.default_rng(0)
+    params = dict(fastbptt.init_params(5, 8, 5, dtype=np.float64, seed=1)._asdict())
+    x = rng.integers(0, 5, size=(4, 10))
+    y = np.roll(x, -1, axis=1)
+    before, grads = fastbptt.value_and_grad(x, y, params)
+    assert isinstance(grads, dict)
+    Adam(0.01).step(params, grads)
+    assert fastbptt.loss(x, y, params) < before
+
+
+def test_a_bad_step_changes_nothing():
+    """Every parameter is checked before any is updated."""
+    params = fastbptt.init_params(3, 4, 2, dtype=np.float64, seed=0)
+    before = [a.copy() for a in params]
+    grads = params._replace(W=np.ones((4, 5)))            # U passes, W does not
+    opt = fastbptt.optim.Adam(1e-2)
+    with pytest.raises(ValueError, match="grads 'W' is"):
+        opt.step(params, grads)
+    assert opt.t == 0 and all(np.array_equal(a, b) for a, b in zip(params, before))
+
+
+@pytest.mark.parametrize("lr,error", [("0.1", TypeError), (0, ValueError),
+                                      (float("nan"), ValueError), (True, TypeError)])
+def test_learning_rate_is_checked(lr, error):
+    with pytest.raises(error, match="lr must be"):
+        fastbptt.optim.SGD(lr)
