@@ -4,6 +4,8 @@
 NumPy reference, and prints how well they agree and how much faster the kernels are.
 ``fastbptt bench`` times the workloads W1-W5 against the documents' loop, PyTorch and JAX
 (when installed); measure with ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE``.
+``fastbptt train [TEXT_FILE ...]`` trains a character model (on the standard library's own
+source when no file is given) and ``fastbptt sample CHECKPOINT`` prints text from one.
 """
 from __future__ import annotations
 
@@ -81,6 +83,36 @@ def bench(args):
     return 0
 
 
+_MODEL_OPTIONS = ("hidden", "seq_length", "batch", "optimizer", "lr", "momentum", "clip_norm",
+                  "clip_value", "truncate", "stride", "dtype", "activation", "seed",
+                  "val_fraction", "lr_decay", "lr_final", "horizon")
+
+
+def train(args):
+    from .train import run
+
+    given = {name: getattr(args, name) for name in _MODEL_OPTIONS
+             if getattr(args, name) is not None}
+    for name in ("clip_norm", "clip_value"):
+        if given.get(name) == 0:
+            given[name] = None                  # 0 turns that clipping off
+    try:
+        return run(args, given)
+    except (OSError, ValueError) as e:          # unreadable files, inconsistent options
+        print(f"fastbptt train: {e}", file=sys.stderr)
+        return 2
+
+
+def sample(args):
+    from .train import run_sample
+
+    try:
+        return run_sample(args)
+    except (OSError, ValueError) as e:          # no such file, not a checkpoint
+        print(f"fastbptt sample: {e}", file=sys.stderr)
+        return 2
+
+
 def _workload_names(text):
     from .bench.workloads import WORKLOADS
 
@@ -111,6 +143,92 @@ def _positive(text):
 
 def _truncate(text):
     return None if text.lower() in ("none", "full") else int(text)
+
+
+def _nonnegative_float(text):
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0; got {text}")
+    return value
+
+
+def _add_train(commands):
+    from .train import DEFAULT_TIME, TrainOptions
+
+    d = TrainOptions()
+    t = commands.add_parser(
+        "train", help="train a character model on text files (default: Python's own source)",
+        description="Chunked truncated BPTT over one long character stream: B cursors, T "
+                    "steps per call, each call's final state carried into the next call's "
+                    "h0. Without TEXT_FILE it trains on the standard library's .py files and "
+                    "holds out the last 10% for validation. Ctrl-C saves a checkpoint and "
+                    "exits with code 130; --resume continues from it. Run it as `env -u "
+                    "OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE fastbptt train` where those "
+                    "variables are set.")
+    t.add_argument("files", nargs="*", metavar="TEXT_FILE", help="UTF-8 text to train on")
+    g = t.add_argument_group("model and data (fixed for a run; --resume takes them from "
+                             "the checkpoint)")
+    g.add_argument("--hidden", type=_positive, help=f"hidden size H ({d.hidden})")
+    g.add_argument("--seq-length", type=_positive, dest="seq_length",
+                   help=f"steps T per call and cursor ({d.seq_length})")
+    g.add_argument("--batch", type=_positive, help=f"parallel cursors B ({d.batch})")
+    g.add_argument("--optimizer", choices=["adam", "adagrad", "sgd"],
+                   help=f"({d.optimizer})")
+    g.add_argument("--lr", type=float, help=f"learning rate ({d.lr:g})")
+    g.add_argument("--lr-decay", choices=["linear", "none"], dest="lr_decay",
+                   help="linear: from lr down to lr x --lr-final at the last step (--steps, "
+                        "or estimated from the speed of the first 200 steps and --time) "
+                        f"({d.lr_decay})")
+    g.add_argument("--lr-final", type=float, dest="lr_final",
+                   help=f"the decay's final fraction of lr ({d.lr_final:g})")
+    g.add_argument("--lr-horizon", type=_positive, dest="horizon", metavar="STEP",
+                   help="the step where the decay ends (--steps, else estimated)")
+    g.add_argument("--momentum", type=float, help="SGD momentum (0)")
+    g.add_argument("--clip-norm", type=_nonnegative_float, dest="clip_norm",
+                   help="clip the global gradient norm to this; 0 = off (off)")
+    g.add_argument("--clip-value", type=_nonnegative_float, dest="clip_value",
+                   help=f"clip each gradient entry to [-v, v]; 0 = off ({d.clip_value:g})")
+    g.add_argument("--truncate", type=_positive,
+                   help="BPTT window k (T: chunks, min-char-rnn's)")
+    g.add_argument("--stride", type=_positive,
+                   help="stride s, 1 <= s <= k (k: chunks; 1: a window per output)")
+    g.add_argument("--dtype", choices=["float32", "float64"], help=f"({d.dtype})")
+    g.add_argument("--activation", choices=["tanh", "sigmoid", "relu", "identity"],
+                   help=f"({d.activation})")
+    g.add_argument("--seed", type=int, help=f"weights and samples ({d.seed})")
+    g.add_argument("--val-fraction", type=float, dest="val_fraction",
+                   help=f"last part of the text held out ({d.val_fraction:g})")
+    r = t.add_argument_group("this invocation")
+    r.add_argument("--steps", type=_positive,
+                   help="stop when the run has taken this many steps in all")
+    r.add_argument("--time", type=float,
+                   help=f"stop after this many seconds of training in this invocation "
+                        f"({DEFAULT_TIME:g} when --steps is not given either)")
+    r.add_argument("--threads", type=_threads, help="BLAS threads (1)")
+    r.add_argument("--checkpoint", default="fastbptt-char.npz",
+                   help="where to save (and --resume from) (fastbptt-char.npz)")
+    r.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    r.add_argument("--sample-every", type=int, default=2000, dest="sample_every",
+                   help="steps between samples and validation estimates; 0 = none (2000)")
+    r.add_argument("--sample-chars", type=int, default=300, dest="sample_chars",
+                   help="characters per sample (300)")
+    r.add_argument("--temperature", type=float, default=0.8, help="of the samples (0.8)")
+    r.add_argument("--eval-chars", type=_positive, default=50_000, dest="eval_chars",
+                   help="validation characters used for the estimates between samples; the "
+                        "final validation loss uses all (50000)")
+    r.add_argument("--no-progress", action="store_true", dest="no_progress",
+                   help="no progress bar")
+    r.add_argument("--plot", metavar="FILE.png", help="save the loss curves (needs matplotlib)")
+    t.set_defaults(run=train)
+
+    s = commands.add_parser("sample", help="print text from a checkpoint of fastbptt train")
+    s.add_argument("checkpoint", metavar="CHECKPOINT")
+    s.add_argument("--chars", type=int, default=500, help="characters to draw (500)")
+    s.add_argument("--temperature", type=float, default=0.8,
+                   help="below 1 sharper, above 1 more random (0.8)")
+    s.add_argument("--prime", default="", help="text to start from (printed first)")
+    s.add_argument("--seed", type=int, default=None, help="for reproducible text")
+    s.set_defaults(run=sample)
 
 
 def build_parser():
@@ -152,13 +270,14 @@ def build_parser():
                    help="bar chart of the speed ratios (needs matplotlib)")
     b.add_argument("--json", metavar="FILE", help="write every measurement as JSON")
     b.set_defaults(run=bench)
+    _add_train(commands)
     return parser
 
 
 def main(argv=None):
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("demo", "bench", "-h", "--help"):
+    if not argv or argv[0] not in ("demo", "bench", "train", "sample", "-h", "--help"):
         argv = ["demo"] + argv                  # demo is the default: `fastbptt --steps 20`
     args = parser.parse_args(argv)
     return args.run(args)

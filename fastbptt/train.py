@@ -1,0 +1,406 @@
+"""Character-level training over one long stream: the loop and the ``fastbptt train`` command.
+
+Each step takes the next T characters of B cursors (`fastbptt.text.StreamBatcher`), calls
+`fastbptt.bptt` with ``h0`` = the previous step's ``h_final`` (zeros when the cursors start
+a new pass), clips the gradients and updates the parameters in place. With the default
+``truncate = stride = T`` this is min-char-rnn's chunked truncated BPTT (SPEC.md §3);
+any other truncation works the same way.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import checkpoint as ckpt_io
+from .api import bptt
+from .clip import clip_grads
+from .optim import make_optimizer
+from .params import Params, init_params, read_structure
+from .sampling import sample
+from .text import Codec, StreamBatcher, unigram_entropy
+
+__all__ = ["TrainOptions", "Trainer", "evaluate", "run"]
+
+LN2 = math.log(2)
+
+
+@dataclass
+class TrainOptions:
+    """What a run is: fixed when it starts and restored by --resume."""
+
+    hidden: int = 256
+    seq_length: int = 50
+    batch: int = 32
+    optimizer: str = "adam"
+    lr: float = 3e-3
+    momentum: float = 0.0          # SGD only
+    clip_norm: float | None = None
+    clip_value: float | None = 5.0
+    truncate: int | None = None    # None: seq_length (chunks)
+    stride: int | None = None      # None: truncate
+    dtype: str = "float32"
+    activation: str = "tanh"
+    seed: int = 0
+    val_fraction: float = 0.1
+    lr_decay: str = "linear"       # "linear" to lr * lr_final at step `horizon`, or "none"
+    lr_final: float = 0.05
+    horizon: int | None = None     # the decay's last step; set once by the command
+
+    def lr_at(self, step):
+        """The learning rate of update number ``step + 1``."""
+        if self.lr_decay == "none" or not self.horizon:
+            return self.lr
+        if self.lr_decay != "linear":
+            raise ValueError(f"unknown lr_decay {self.lr_decay!r}; choose 'linear' or 'none'")
+        return self.lr * (1 - (1 - self.lr_final) * min(step / self.horizon, 1.0))
+
+    @property
+    def window(self):
+        """(truncate, stride) passed to bptt."""
+        k = self.truncate if self.truncate is not None else self.seq_length
+        return k, (self.stride if self.stride is not None else k)
+
+    def optimizer_options(self):
+        return {"momentum": self.momentum} if self.optimizer == "sgd" else {}
+
+
+class Trainer:
+    """Parameters, optimizer, batcher, carried state, RNG and history of one run."""
+
+    def __init__(self, options, train_ids, codec, *, resume=None):
+        self.options = options
+        self.codec = codec
+        self.dtype = np.dtype(options.dtype)
+        self.batcher = StreamBatcher(train_ids, options.batch, options.seq_length)
+        self.truncate, self.stride = options.window
+        self.optimizer = make_optimizer(options.optimizer, options.lr,
+                                        **options.optimizer_options())
+        V, H = len(codec), options.hidden
+        self.zeros = np.zeros((options.batch, H), self.dtype)
+        if resume is None:
+            self.rng = np.random.default_rng(options.seed)
+            self.params = init_params(V, H, V, dtype=self.dtype, seed=self.rng)
+            self.h = self.zeros
+            self.step = 0
+            self.losses = []
+            self.evals = []                  # (step, validation loss per char)
+        else:
+            self.rng = np.random.default_rng()
+            self.rng.bit_generator.state = resume.rng_state
+            self.params = Params(*(None if a is None else np.array(a, self.dtype)
+                                   for a in resume.params))
+            self.optimizer.load_state_dict(resume.optimizer)
+            self.batcher.load_state_dict(resume.batcher)
+            self.h = self.zeros if resume.hidden is None else np.array(resume.hidden,
+                                                                       self.dtype)
+            self.step = resume.step
+            self.losses = list(resume.history.get("loss", []))
+            self.evals = [tuple(r) for r in resume.history.get("evals", np.empty((0, 2)))]
+
+    def train_step(self):
+        """One update; returns (loss per character, characters)."""
+        batch = self.batcher.next()
+        out = bptt(batch.x, batch.y, self.params, truncate=self.truncate, stride=self.stride,
+                   activation=self.options.activation,
+                   h0=self.zeros if batch.fresh else self.h)
+        clip_grads(out.grads, max_norm=self.options.clip_norm,
+                   max_value=self.options.clip_value)
+        self.optimizer.lr = self.options.lr_at(self.step)
+        self.optimizer.step(self.params, out.grads)
+        self.h = out.h_final
+        self.step += 1
+        n = batch.x.size
+        self.losses.append(out.loss / n)
+        return out.loss / n, n
+
+    def sample(self, chars=200, prime="\n", temperature=0.8):
+        """Text from the current model, drawn with the run's RNG (part of its state)."""
+        if not set(prime) <= set(self.codec.chars):
+            prime = ""
+        return sample(self.params, self.codec, prime=prime, chars=chars,
+                      temperature=temperature, rng=self.rng,
+                      activation=self.options.activation)
+
+    def checkpoint(self):
+        return ckpt_io.Checkpoint(
+            params=self.params, optimizer=self.optimizer.state_dict(), codec=self.codec,
+            step=self.step, rng_state=self.rng.bit_generator.state,
+            options=dataclasses.asdict(self.options), hidden=self.h,
+            batcher=self.batcher.state_dict(),
+            history={"loss": np.array(self.losses, np.float64),
+                     "evals": np.array(self.evals, np.float64).reshape(-1, 2)})
+
+    def save(self, path, **extra_options):
+        ck = self.checkpoint()
+        ck.options.update(extra_options)
+        return ckpt_io.save(path, ck)
+
+
+def evaluate(params, ids, *, activation="tanh", streams=32, steps=128):
+    """Loss in nats per character of ``params`` predicting each next id of ``ids``.
+
+    The ids are cut into ``streams`` contiguous segments (a remainder of fewer than
+    ``streams`` ids at the end is left out), each read start to end from a zero state with
+    the state carried from call to call, so every position of a segment is predicted once
+    from all of the segment before it. The loss comes from `fastbptt.bptt` (summed in
+    float64; its gradients are not used), which also returns the state to carry.
+    """
+    ids = np.asarray(ids, np.int64)
+    if ids.size < 2:
+        return float("nan")
+    params, _ = read_structure(params)
+    streams = max(1, min(streams, (ids.size - 1) // 2))
+    batcher = StreamBatcher(ids, streams, steps)
+    h = np.zeros((streams, params.V.shape[1]), params.V.dtype)
+    total, count = 0.0, 0
+    for _ in range(batcher.calls_per_pass):
+        x, y, _fresh = batcher.next()
+        out = bptt(x, y, params, truncate=steps, stride=steps, activation=activation, h0=h)
+        h = out.h_final
+        total += out.loss
+        count += y.size
+    return total / count
+
+
+class _Interrupt:
+    """Turns the first SIGINT into a flag (a second one raises KeyboardInterrupt)."""
+
+    def __init__(self):
+        self.caught = False
+        self._old = None
+
+    def _handle(self, signum, frame):
+        if self.caught:
+            raise KeyboardInterrupt
+        self.caught = True
+
+    def __enter__(self):
+        try:
+            self._old = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:                  # not the main thread: leave Ctrl-C alone
+            self._old = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+        return False
+
+
+def _bits(nats):
+    return nats / LN2
+
+
+def _plot(path, trainer, baseline, val_loss, eval_chars):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    losses = np.asarray(trainer.losses)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = np.arange(1, losses.size + 1)
+    ax.plot(steps, losses, lw=0.5, alpha=0.4, color="C0", label="train (each step)")
+    if losses.size >= 50:
+        w = max(losses.size // 100, 10)
+        smooth = np.convolve(losses, np.ones(w) / w, mode="valid")
+        ax.plot(steps[w - 1:], smooth, color="C0", label=f"train (mean of {w} steps)")
+    if trainer.evals:
+        e = np.asarray(trainer.evals)
+        ax.plot(e[:, 0], e[:, 1], "o-", color="C1",
+                label=f"validation, first {eval_chars:,} held-out characters")
+    if val_loss is not None:
+        ax.axhline(val_loss, color="C1", ls=":", label=f"validation, final ({val_loss:.3f})")
+    ax.axhline(baseline, color="gray", ls="--", label=f"unigram baseline ({baseline:.3f})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats per character)")
+    ax.set_ylim(0, max(baseline * 1.3, float(np.nanmin(losses[:1])) if losses.size else 1))
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _resumed_options(saved, given):
+    """The checkpoint's options; any option given on the command line must agree."""
+    options = TrainOptions(**{f.name: saved[f.name] for f in dataclasses.fields(TrainOptions)})
+    for name, value in (given or {}).items():
+        if getattr(options, name) != value:
+            raise SystemExit(f"fastbptt train --resume: the checkpoint has {name}="
+                             f"{getattr(options, name)!r}, the command line {value!r}; "
+                             "drop the option or start a new run")
+    return options
+
+
+def _load_corpus(files):
+    from .corpus import default_corpus, read_files
+
+    return read_files(files) if files else default_corpus()
+
+
+def run(args, given, *, out=None):
+    """The ``fastbptt train`` command. Returns the exit code: 0 done, 130 interrupted.
+
+    ``given`` holds the `TrainOptions` fields set on the command line; a new run takes
+    the defaults for the rest, a resumed one the checkpoint's.
+    """
+    from tqdm import tqdm
+
+    from ._threads import get_num_threads, set_num_threads
+
+    out = out or sys.stdout
+    say = lambda *a: print(*a, file=out, flush=True)    # noqa: E731
+    if args.plot:
+        import matplotlib  # noqa: F401  (fail before training, not after)
+    if args.threads:
+        set_num_threads(args.threads)
+
+    resume = None
+    options = TrainOptions(**given)
+    if args.resume:
+        resume = ckpt_io.load(args.checkpoint)
+        saved = resume.options
+        files = saved.get("files") or []
+        options = _resumed_options(saved, given)
+        if args.files and [os.path.abspath(p) for p in args.files] != files:
+            raise SystemExit("fastbptt train --resume: the checkpoint was trained on "
+                             f"{files or 'the default corpus'}; pass the same files or none")
+        corpus = _load_corpus(files)
+        if corpus.digest != saved.get("corpus_sha256"):
+            raise SystemExit("fastbptt train --resume: the corpus text differs from the one "
+                             "the checkpoint was trained on")
+        codec = resume.codec
+    else:
+        corpus = _load_corpus(args.files)
+        codec = Codec.from_text(corpus.text)
+    train_text, val_text = corpus.split(options.val_fraction)
+    train_ids, val_ids = codec.encode(train_text), codec.encode(val_text)
+    extra = {"files": [os.path.abspath(p) for p in args.files] if not args.resume
+             else (resume.options.get("files") or []),
+             "corpus_sha256": corpus.digest, "threads": get_num_threads()}
+
+    trainer = Trainer(options, train_ids, codec, resume=resume)
+    k, s = options.window
+    say(f"corpus: {corpus.description}; {len(codec)} distinct characters; "
+        f"train {train_ids.size:,}, validation {val_ids.size:,}")
+    say(f"model: H={options.hidden}, {options.activation}, {options.dtype}; "
+        f"{options.batch} cursors x {options.seq_length} steps, truncate={k} stride={s}; "
+        f"{options.optimizer} lr={options.lr:g}"
+        + (f" decaying linearly to {options.lr * options.lr_final:g}"
+           if options.lr_decay != "none" else "")
+        + f", clip norm={options.clip_norm} "
+        f"value={options.clip_value}" + (f"; resumed at step {trainer.step}" if resume else ""))
+
+    # compile (or load Numba's cache) before the clock starts
+    warm = np.zeros((options.batch, 1), np.int64)
+    bptt(warm, warm, trainer.params, h0=trainer.zeros, truncate=k, stride=s,
+         activation=options.activation)
+
+    target_steps = args.steps
+    budget = args.time
+    if target_steps is None and budget is None:
+        budget = DEFAULT_TIME
+    eval_ids = val_ids[:args.eval_chars]
+    if options.lr_decay != "none" and options.horizon is None and target_steps is not None:
+        options.horizon = target_steps
+    first_step = trainer.step
+    by_steps = budget is None
+    total = (target_steps - trainer.step) if by_steps else budget
+    with _Interrupt() as interrupt:
+        bar = tqdm(total=max(total, 0), unit="step" if by_steps else "s",
+                   disable=args.no_progress, file=sys.stderr, dynamic_ncols=True,
+                   bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} "
+                              "[{elapsed}<{remaining}{postfix}]",
+                   mininterval=0.5)
+        # the bar's first output comes after the handler is in place
+        start = time.perf_counter()
+        last_post = start
+        chars = 0
+        smooth = None
+        while not interrupt.caught:
+            now = time.perf_counter()
+            if target_steps is not None and trainer.step >= target_steps:
+                break
+            if budget is not None and now - start >= budget:
+                break
+            if (options.lr_decay != "none" and options.horizon is None and budget is not None
+                    and trainer.step - first_step == ESTIMATE_STEPS):
+                # a time budget: the decay ends where this speed reaches the budget
+                rate = ESTIMATE_STEPS / (now - start)
+                options.horizon = trainer.step + int(rate * (budget - (now - start)))
+            loss, n = trainer.train_step()
+            chars += n
+            smooth = loss if smooth is None else 0.98 * smooth + 0.02 * loss
+            after = time.perf_counter()
+            bar.update(1 if by_steps else after - now)
+            if after - last_post > 0.5:
+                last_post = after
+                bar.set_postfix_str(f"loss={smooth:.3f} {chars / (after - start):,.0f} chars/s "
+                                    f"step {trainer.step}", refresh=False)
+            if args.sample_every and trainer.step % args.sample_every == 0:
+                val = evaluate(trainer.params, eval_ids, activation=options.activation)
+                trainer.evals.append((trainer.step, val))
+                text = trainer.sample(args.sample_chars, temperature=args.temperature)
+                bar.write(f"--- step {trainer.step}: train {smooth:.3f}, validation "
+                          f"{val:.3f} nats/char; sample:\n{text}\n---", file=out)
+    elapsed = time.perf_counter() - start
+    bar.close()
+    path = trainer.save(args.checkpoint, **extra)
+    rate = chars / elapsed if elapsed > 0 else float("nan")
+    if interrupt.caught:
+        say(f"interrupted at step {trainer.step} after {elapsed:.1f} s; checkpoint saved to "
+            f"{os.path.abspath(path)}; continue with `fastbptt train --resume "
+            f"--checkpoint {path}`")
+        return 130
+
+    say(f"trained {trainer.step:,} steps in all; this run {chars:,} characters in "
+        f"{elapsed:.1f} s, {rate:,.0f} chars/s")
+    baseline = unigram_entropy(train_ids, len(codec))
+    train_eval = train_ids[-max(val_ids.size, 1):]
+    train_loss = evaluate(trainer.params, train_eval, activation=options.activation)
+    val_loss = evaluate(trainer.params, val_ids, activation=options.activation) \
+        if val_ids.size > 1 else None
+    say(f"train loss       {train_loss:.3f} nats/char  {_bits(train_loss):.3f} bits/char  "
+        f"(final model, last {train_eval.size:,} characters of the train split)")
+    if val_loss is not None:
+        say(f"validation loss  {val_loss:.3f} nats/char  {_bits(val_loss):.3f} bits/char  "
+            f"(final model, all {val_ids.size:,} held-out characters)")
+    say(f"unigram baseline {baseline:.3f} nats/char  {_bits(baseline):.3f} bits/char  "
+        "(entropy of the train split's character frequencies, on the train split)")
+    if val_loss is not None:
+        say(f"validation / unigram = {val_loss / baseline:.3f}")
+    say(f"checkpoint: {os.path.abspath(path)}")
+    text = trainer.sample(args.sample_chars, temperature=args.temperature)
+    say(f"sample (temperature {args.temperature:g}):\n{text}")
+    if args.plot:
+        _plot(args.plot, trainer, baseline, val_loss, eval_ids.size)
+        say(f"plot: {os.path.abspath(args.plot)}")
+    return 0
+
+
+DEFAULT_TIME = 90.0
+ESTIMATE_STEPS = 200        # steps timed to fix the decay's horizon under a time budget
+
+
+def run_sample(args, *, out=None):
+    """The ``fastbptt sample`` command."""
+    out = out or sys.stdout
+    ck = ckpt_io.load(args.checkpoint)
+    activation = ck.options.get("activation", "tanh")
+    dtype = np.dtype(ck.options.get("dtype", "float32"))
+    params = Params(*(None if a is None else np.asarray(a, dtype) for a in ck.params))
+    try:
+        text = sample(params, ck.codec, prime=args.prime, chars=args.chars,
+                      temperature=args.temperature, rng=np.random.default_rng(args.seed),
+                      activation=activation)
+    except ValueError as e:
+        raise SystemExit(f"fastbptt sample: {e}")
+    print(args.prime + text, file=out)
+    return 0
