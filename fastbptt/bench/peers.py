@@ -56,28 +56,25 @@ class Peer:
         return workload_name in self.workloads or (requested and workload_name in self.on_request)
 
 
-def _make_fastbptt(workload, x, y, params):
-    import fastbptt
+def _bptt_call(module_name):
+    """A factory timing ``<module>.bptt``: the package's kernels or its NumPy reference."""
+    def make(workload, x, y, params):
+        import importlib
 
-    options = workload.options()
+        bptt = importlib.import_module(module_name).bptt
+        options = workload.options()
 
-    def run():
-        result = fastbptt.bptt(x, y, params, **options)
-        return result.loss, tuple(result.grads[:3])
+        def run():
+            result = bptt(x, y, params, **options)
+            return result.loss, tuple(result.grads[:3])
 
-    return Call(run)
+        return Call(run)
+
+    return make
 
 
-def _make_reference(workload, x, y, params):
-    from .. import reference
-
-    options = workload.options()
-
-    def run():
-        result = reference.bptt(x, y, params, **options)
-        return result.loss, tuple(result.grads[:3])
-
-    return Call(run)
+_make_fastbptt = _bptt_call("fastbptt")
+_make_reference = _bptt_call("fastbptt.reference")
 
 
 def _make_torch(workload, x, y, params):
