@@ -134,6 +134,13 @@ def _threads(text):
     return n
 
 
+def _seconds(text):
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds; got {text}")
+    return value
+
+
 def _positive(text):
     n = int(text)
     if n < 1:
@@ -201,7 +208,7 @@ def _add_train(commands):
     r = t.add_argument_group("this invocation")
     r.add_argument("--steps", type=_positive,
                    help="stop when the run has taken this many steps in all")
-    r.add_argument("--time", type=float,
+    r.add_argument("--time", type=_seconds,
                    help=f"stop after this many seconds of training in this invocation "
                         f"({DEFAULT_TIME:g} when --steps is not given either)")
     r.add_argument("--threads", type=_threads, help="BLAS threads (1)")
