@@ -3,17 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._inputs import ACTIVATIONS
 from .api import forward
 from .params import read_structure
+from .reference import activate
 
 __all__ = ["sample", "sample_ids"]
-
-_ACTIVATIONS = {
-    "tanh": np.tanh,
-    "sigmoid": lambda a: 1.0 / (1.0 + np.exp(-a)),
-    "relu": lambda a: np.maximum(a, 0.0),
-    "identity": lambda a: a,
-}
 
 
 def _probabilities(h, V, c, temperature):
@@ -37,12 +32,12 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
     """
     if not temperature > 0:
         raise ValueError(f"temperature must be positive; got {temperature}")
-    if activation not in _ACTIVATIONS:
+    if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose from "
-                         f"{', '.join(_ACTIVATIONS)}")
+                         f"{', '.join(ACTIVATIONS)}")
     rng = np.random.default_rng(rng)
     p, _ = read_structure(params)
-    f = _ACTIVATIONS[activation]
+    code = ACTIVATIONS[activation]
     L, H, C = p.sizes
     h = np.zeros(H, p.U.dtype) if h0 is None else np.asarray(h0, p.U.dtype)
     prime_ids = np.asarray(prime_ids, np.int64).reshape(-1)
@@ -54,7 +49,7 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
         probs = _probabilities(h, p.V, p.c, temperature)
         k = int(np.searchsorted(np.cumsum(probs), rng.random() * probs.sum(), side="right"))
         out[i] = k = min(k, C - 1)
-        h = f(p.U[:, k] + p.W @ h + b).astype(p.U.dtype)
+        h = activate(p.U[:, k] + p.W @ h + b, code).astype(p.U.dtype)
     return out, h
 
 
