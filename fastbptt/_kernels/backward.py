@@ -10,7 +10,8 @@ back through steps t ... lo(t). With u_t = V^T e_t and delta_t = dL/da_t:
   Delta = sum_j R_j. That is k products of H x H by H x (T B) instead of T k vector ones.
 
 Steps are column blocks of B columns in (H, T B) matrices; f'(a) is computed once for
-all steps, and the gradients of the weights are single matrix products over all steps.
+all steps (or, for a few sequences, read off the states as the sweep goes), and the
+gradients of the weights are single matrix products over all steps.
 """
 from ._jit import jit
 from .activations import derivative, derivative_into
@@ -79,9 +80,10 @@ def backward(hs, err, x_ids, x_dense, ids, WT, V, act, chunk, truncate, stride,
 
     hs (H, T+1, B) from `forward`; err (C, T B) from `output_errors`. chunk > 0 sweeps,
     cutting the carry into each step t with (t + 1) % chunk == 0 (T + 1 for full BPTT,
-    k for chunks); chunk = 0 runs lag-major with truncate = k, stride = s. delta (H, T B) receives dL/da; fp (H, T B) receives f'(a); work
-    (2, H, T B) is scratch for lag-major (any shape otherwise), buf (2 H,) for narrow
-    batches. WT is W.T, contiguous.
+    k for chunks); chunk = 0 runs lag-major with truncate = k, stride = s.
+    delta (H, T B) receives dL/da and fp (H, T B) f'(a) (narrow sweeps read f' off the
+    states instead); work (2, H, T B) is scratch for lag-major (any shape otherwise),
+    buf (2 H,) for narrow batches. WT is W.T, contiguous.
     Writes dU (H, L), dW (H, H), dV (C, H), db (H,), dc (C,) and dh0 (H, B) = W^T delta_0.
     Padding steps have zero error, so their delta is zero and they add nothing.
     """
