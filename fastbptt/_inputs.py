@@ -378,5 +378,4 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
 
     return Problem(single=single, x=_for_kernels(xc), ids=ids, y=yc, y_ids=y_ids,
                    lengths=lens, h0=h0c, h0_given=h0 is not None, params=p, rebuild=rebuild,
-                   activation=act,
-                   loss=loss_code, truncate=truncate, stride=stride)
+                   activation=act, loss=loss_code, truncate=truncate, stride=stride)

@@ -93,8 +93,8 @@ def _solve(problem):
         hs = _states(problem, x_ids, x_dense, ids)
         total, err = _errors(problem, hs)
         h_final = _final_states(problem, hs)
-        k, s = problem.truncate, problem.stride
-        if k is None or (k >= T and s == 1):
+        k, s = problem.truncate, problem.stride     # None: nothing is cut (`prepare`)
+        if k is None:
             chunk = T + 1                     # full BPTT: one sweep, never cut
         elif s == k:
             chunk = k                         # chunks: one sweep, cut at chunk starts
