@@ -12,25 +12,41 @@ import threading
 import numpy as np
 
 _ALIGN = 64
+_MAX_VIEWS = 64         # views remembered for repeat calls (a training loop's few shapes)
 
 
 class Workspace(threading.local):
     def __init__(self):
         self._buffers = {}
+        self._views = {}
 
     def get(self, name, shape, dtype):
-        """An uninitialised array of ``shape`` and ``dtype``, reusing the buffer ``name``."""
+        """An uninitialised array of ``shape`` and ``dtype``, reusing the buffer ``name``.
+
+        A call with the same name, shape and dtype as an earlier one gets the same view
+        back, without building it again (a few microseconds, a lot for a small problem).
+        """
+        key = (name, shape, dtype)
+        view = self._views.get(key)
+        if view is not None:
+            return view
         dtype = np.dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
         raw = self._buffers.get(name)
         if raw is None or raw.nbytes < nbytes + _ALIGN:
             raw = np.empty(nbytes + _ALIGN, np.uint8)
             self._buffers[name] = raw
+            self._views = {k: v for k, v in self._views.items() if k[0] != name}
         start = -raw.ctypes.data % _ALIGN
-        return raw[start:start + nbytes].view(dtype).reshape(shape)
+        view = raw[start:start + nbytes].view(dtype).reshape(shape)
+        if len(self._views) >= _MAX_VIEWS:
+            self._views.clear()
+        self._views[key] = view
+        return view
 
     def clear(self):
         self._buffers.clear()
+        self._views.clear()
 
 
 workspace = Workspace()

@@ -5,8 +5,8 @@ import numpy as np
 
 from ._inputs import prepare
 from ._kernels.backward import backward
-from ._kernels.blas import transpose_into
-from ._kernels.forward import forward as _forward_kernel
+from ._kernels.matvec import pad_weights, padded
+from ._kernels.forward import NARROW, forward as _forward_kernel
 from ._kernels.output import output_errors
 from ._results import BPTTResult, ForwardResult, pack_grads
 from ._threads import ensure_default_threads
@@ -40,24 +40,39 @@ def _bias(vector, size, dtype):
     return np.zeros(size, dtype) if vector is None else vector
 
 
-def _transposed_W(problem):
+def _padded_weights(problem):
+    """(W^T, W), each (H, N) with zero columns up to N, a whole number of vector registers.
+
+    The kernels' vector code runs over rows of these (`fastbptt._kernels.matvec`). When
+    H needs no padding, W is the params' own array (read only).
+    """
     W = problem.params.W
-    WT = workspace.get("WT", W.shape, W.dtype)
-    transpose_into(W, WT)
-    return WT
+    H, dtype = W.shape[0], W.dtype
+    N = padded(H, dtype)
+    WTp = workspace.get("WTp", (H, N), dtype)
+    Wp = W if N == H else workspace.get("Wp", (H, N), dtype)
+    pad_weights(W, WTp, Wp, N != H)
+    return WTp, Wp
 
 
-def _states(problem, x_ids, x_dense, ids):
-    """hs (H, T+1, B), a workspace view: hs[:, 0] = h0, hs[:, t + 1] = h_t (0 past lengths)."""
+def _states(problem, x_ids, x_dense, ids, weights):
+    """hs (H, T+1, B), a workspace view: hs[:, 0] = h0, hs[:, t + 1] = h_t (0 past lengths).
+
+    Also returns seqs, the time-major states of narrow batches (`forward` kernel).
+    weights: `_padded_weights(problem)`.
+    """
     ensure_default_threads()
     p, dtype = problem.params, problem.dtype
     L, H, C = p.sizes
-    hs = workspace.get("hs", (H, problem.T + 1, problem.B), dtype)
+    B, T = problem.B, problem.T
+    WTp = weights[0]
+    hs = workspace.get("hs", (H, T + 1, B), dtype)
     hs[:, 0] = problem.h0.T
-    _forward_kernel(x_ids, x_dense, ids, p.U, p.W, _bias(p.b, H, dtype),
+    seqs = workspace.get("seqs", (B, T + 1, WTp.shape[1]) if B < NARROW else (0, 0, 0), dtype)
+    _forward_kernel(x_ids, x_dense, ids, p.U, p.W, WTp, _bias(p.b, H, dtype),
                     problem.activation, problem.lengths, hs,
-                    workspace.get("columns", (H * max(problem.B, 2),), dtype))
-    return hs
+                    workspace.get("columns", (H * B,), dtype), seqs)
+    return hs, seqs
 
 
 def _final_states(problem, hs):
@@ -90,7 +105,8 @@ def _solve(problem):
     total, h_final = 0.0, problem.h0.copy()
     if B and T:
         x_ids, x_dense, ids = _kernel_inputs(problem)
-        hs = _states(problem, x_ids, x_dense, ids)
+        WTp, Wp = weights = _padded_weights(problem)
+        hs, seqs = _states(problem, x_ids, x_dense, ids, weights)
         total, err = _errors(problem, hs)
         h_final = _final_states(problem, hs)
         k, s = problem.truncate, problem.stride     # None: nothing is cut (`prepare`)
@@ -101,11 +117,13 @@ def _solve(problem):
         else:
             chunk = 0                         # windows: lag-major
         ws = workspace
-        backward(hs, err, x_ids, x_dense, ids, _transposed_W(problem), p.V, problem.activation,
+        narrow = B < NARROW and chunk > 0
+        backward(hs, err, x_ids, x_dense, ids, WTp, Wp, p.V, problem.activation,
                  chunk, k or 0, s, ws.get("delta", (H, T * B), dtype),
-                 ws.get("fprime", (H, T * B), dtype),
+                 ws.get("fprime", (H, T * B) if not narrow else (H, 0), dtype),
                  ws.get("lags", (2, H, T * B) if chunk == 0 else (2, H, 0), dtype),
-                 ws.get("columns", (2 * H,), dtype), dU, dW, dV, db, dc, dh0)
+                 seqs, ws.get("dseq", (T, WTp.shape[1]) if narrow else (0, 0), dtype),
+                 dU, dW, dV, db, dc, dh0)
     grads = Params(dU, dW, dV, db if p.b is not None else None, dc if p.c is not None else None)
     return total, grads, h_final, np.ascontiguousarray(dh0.T)
 
@@ -182,7 +200,7 @@ def forward(x, params, *, activation="tanh", h0=None, lengths=None, check_finite
     h = np.zeros((B, T, H), problem.dtype)
     probs = np.zeros((B, T, C), problem.dtype)
     if B and T:
-        hs = _states(problem, *_kernel_inputs(problem))
+        hs, _ = _states(problem, *_kernel_inputs(problem), _padded_weights(problem))
         h = hs[:, 1:].transpose(2, 1, 0)
         logits = h @ p.V.T + (0 if p.c is None else p.c)
         logits -= logits.max(axis=-1, keepdims=True)
@@ -202,5 +220,5 @@ def loss(x, y, params, *, activation="tanh", loss="softmax_ce", h0=None, lengths
                       check_finite=check_finite)
     if not (problem.B and problem.T):
         return 0.0
-    hs = _states(problem, *_kernel_inputs(problem))
+    hs, _ = _states(problem, *_kernel_inputs(problem), _padded_weights(problem))
     return _errors(problem, hs)[0]

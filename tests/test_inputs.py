@@ -275,7 +275,7 @@ def no_kernels(monkeypatch):
     """Any kernel call fails the test: validation must reject the call before one runs."""
     def tripwire(*args):
         raise AssertionError("a kernel ran before validation rejected the call")
-    for name in ("_forward_kernel", "output_errors", "backward", "transpose_into"):
+    for name in ("_forward_kernel", "output_errors", "backward", "pad_weights"):
         monkeypatch.setattr(api, name, tripwire)
 
 

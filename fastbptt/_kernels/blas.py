@@ -96,36 +96,6 @@ def transpose_into(a, out):
 
 
 @jit(fastmath=set(FASTMATH) | {"reassoc"})
-def matvec_add(M, x, out):
-    """out += M @ x for a C-contiguous (N, K) M and contiguous vectors, four rows at a time.
-
-    For a few sequences, where a BLAS call costs more than the product. Its own
-    reassociation flag lets each row's sum run as a vector reduction.
-    """
-    N, K = M.shape
-    full = N - N % 4
-    for i in range(0, full, 4):
-        r0, r1, r2, r3 = M[i], M[i + 1], M[i + 2], M[i + 3]
-        s0 = s1 = s2 = s3 = np.float32(0)       # widens to float64 for float64 rows
-        for j in range(K):
-            xj = x[j]
-            s0 += r0[j] * xj
-            s1 += r1[j] * xj
-            s2 += r2[j] * xj
-            s3 += r3[j] * xj
-        out[i] += s0
-        out[i + 1] += s1
-        out[i + 2] += s2
-        out[i + 3] += s3
-    for r in range(full, N):
-        row = M[r]
-        s = np.float32(0)
-        for j in range(K):
-            s += row[j] * x[j]
-        out[r] += s
-
-
-@jit(fastmath=set(FASTMATH) | {"reassoc"})
 def row_sums(m, out):
     """out[i] = sum of row i of a 2-D array, each sum vectorized (reassociated)."""
     for i in range(m.shape[0]):

@@ -1,38 +1,42 @@
 """The forward recurrence h_t = f(U x_t + W h_{t-1} + b), batched, feature-major."""
 from ._jit import jit
 from .activations import activate_columns, activate_vector
-from .blas import gemm, matvec_add, scratch
+from .blas import gemm, scratch, transpose_into
+from .matvec import rows_axpy
 
-NARROW = 4      # below this many sequences, products run as vector loops, not BLAS calls
+NARROW = 4      # below this many sequences, each runs alone on register-blocked vector code
 
 
 @jit
-def _narrow_sequence(W, m, b, B, steps, act, acc, h):
-    """The recurrence of sequence b alone, its state kept in a contiguous vector.
+def _narrow_sequence(WTp, m, b, B, steps, act, seq):
+    """The recurrence of sequence b alone, time-major in seq (T+1, N): row t is h_t.
 
-    Column t B + b of m holds h_{t-1} (h0 for t = 0); columns of later steps hold the
-    input projection on entry and the states on exit.
+    Column t B + b of m (H, (T+1) B) holds h0 for t = 0 and the input projection of
+    step t - 1 after; on exit it holds the states. In seq each step's state is one
+    contiguous row, zero-padded to N (`matvec.padded`), and each step's product runs
+    over the rows of WTp = W^T (padded), the direction alternating (`rows_axpy`).
+    Rows past ``steps`` are zero.
     """
-    for i in range(m.shape[0]):
-        h[i] = m[i, b]
+    H = m.shape[0]
+    seq[:, H:] = 0
+    transpose_into(m[:, b:(steps + 1) * B:B], seq[:steps + 1, :H])
+    seq[steps + 1:] = 0
     for t in range(steps):
-        col = (t + 1) * B + b
-        for i in range(m.shape[0]):
-            acc[i] = m[i, col]
-        matvec_add(W, h, acc)
-        activate_vector(acc, act)
-        for i in range(m.shape[0]):
-            m[i, col] = acc[i]
-        h, acc = acc, h
+        rows_axpy(WTp, seq[t, :H], seq[t + 1], t % 2 == 1)
+        activate_vector(seq[t + 1, :H], act)
+    transpose_into(seq[1:steps + 1, :H], m[:, B + b:(steps + 1) * B:B])
 
 
 @jit
-def forward(x_ids, x_dense, ids, U, W, bias, act, lengths, hs, buf):
+def forward(x_ids, x_dense, ids, U, W, WTp, bias, act, lengths, hs, buf, seqs):
     """Fill hs (H, T+1, B): hs[:, 0] = h0 (set by the caller), hs[:, t + 1] = h_t.
 
     x_ids (T B,) int64 ids in [0, L), time-major (index t B + b), or x_dense (L, T B);
     ``ids`` says which is used. U (H, L), W (H, H), bias (H,) (zeros for no bias).
-    States at t >= lengths[b] are set to zero. buf (max(H B, 2 H),) is scratch.
+    States at t >= lengths[b] are set to zero. buf (H B,) is scratch.
+    Batches of fewer than NARROW sequences also need WTp (H, N), W^T zero-padded to N
+    columns (`matvec.padded`), and seqs (B, T+1, N), which receives each sequence's
+    states time-major (`_narrow_sequence`); wider ones ignore both.
     Only the H x H product is sequential: the input projection is one gather or one
     matrix product over all steps, written into the state columns before the time loop,
     and each step adds W h_{t-1} to them in place.
@@ -53,7 +57,7 @@ def forward(x_ids, x_dense, ids, U, W, bias, act, lengths, hs, buf):
                 row[tb] += bi
     if B < NARROW:
         for b in range(B):
-            _narrow_sequence(W, m, b, B, lengths[b], act, buf[:H], buf[H:2 * H])
+            _narrow_sequence(WTp, m, b, B, lengths[b], act, seqs[b])
     else:
         for t in range(T):
             now = (t + 1) * B

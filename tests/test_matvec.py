@@ -1,0 +1,77 @@
+"""The register-blocked step of narrow batches (`fastbptt._kernels.matvec`).
+
+Its blocks cover 16, 8, 4, 2 and 1 vector registers, walked forward or backward; the
+shapes here reach every combination, and the end-to-end cases run hidden sizes that
+need several blocks and padding through the narrow forward and backward paths.
+"""
+import numpy as np
+import pytest
+
+import fastbptt
+from fastbptt import reference
+from fastbptt._kernels.matvec import VECTOR_BYTES, padded, rows_axpy
+from conftest import assert_agree, make_problem
+
+DTYPES = [np.float32, np.float64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_padded_width_is_whole_registers(dtype):
+    lanes = VECTOR_BYTES // np.dtype(dtype).itemsize
+    assert [padded(n, dtype) for n in (1, lanes, lanes + 1)] == [lanes, lanes, 2 * lanes]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_rows_axpy_matches_numpy(rng, dtype, reverse):
+    lanes = VECTOR_BYTES // np.dtype(dtype).itemsize
+    # 1 ... 40 registers: every mix of 16-, 8-, 4-, 2- and 1-register blocks
+    for vectors in range(1, 41):
+        N = vectors * lanes
+        for K in (1, 2, 3, N - 5 if N > 5 else 4):
+            R = rng.standard_normal((K, N)).astype(dtype)
+            x = rng.standard_normal(K).astype(dtype)
+            out = rng.standard_normal(N).astype(dtype)
+            expected = out.astype(np.float64) + R.T.astype(np.float64) @ x
+            rows_axpy(R, x, out, reverse)
+            scale = np.abs(R).sum(axis=0).max() * np.abs(x).max() + 1
+            tol = 1e-6 if dtype == np.float32 else 1e-14
+            np.testing.assert_allclose(out, expected, rtol=0, atol=tol * scale,
+                                       err_msg=f"K={K} N={N}")
+
+
+def test_rows_axpy_with_no_rows_leaves_out_alone(rng):
+    out = rng.standard_normal(16).astype(np.float32)
+    before = out.copy()
+    rows_axpy(np.empty((0, 16), np.float32), np.empty(0, np.float32), out, True)
+    np.testing.assert_array_equal(out, before)
+
+
+@pytest.mark.parametrize("R_shape,x_len,out_len", [
+    ((4, 15), 4, 15),       # width not a whole number of registers
+    ((4, 16), 3, 16),       # x shorter than R's rows
+    ((4, 16), 4, 32),       # out wider than R
+])
+def test_rows_axpy_refuses_shapes_it_would_overrun(R_shape, x_len, out_len):
+    with pytest.raises(ValueError, match="rows_axpy"):
+        rows_axpy(np.zeros(R_shape, np.float32), np.zeros(x_len, np.float32),
+                  np.zeros(out_len, np.float32), False)
+
+
+def test_rows_axpy_refuses_strided_rows():
+    R = np.zeros((4, 32), np.float32)[:, ::2]
+    with pytest.raises(ValueError, match="rows_axpy"):
+        rows_axpy(R, np.zeros(4, np.float32), np.zeros(16, np.float32), False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("H", [16, 33, 128, 300])
+@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("truncation", [(None, 1), (6, 6)], ids=["full", "chunks6"])
+def test_narrow_paths_match_reference_at_larger_sizes(rng, dtype, H, B, truncation):
+    """Several blocks, padding, and enough steps for both walking directions to matter."""
+    x, y, params, options = make_problem(rng, B=B, T=31, L=11, H=H, C=7, dtype=dtype,
+                                          with_h0=True, with_lengths=True, scale=0.5)
+    options.update(truncate=truncation[0], stride=truncation[1])
+    assert_agree(fastbptt.bptt(x, y, params, **options),
+                 reference.bptt(x, y, params, **options), dtype)
