@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ._kernels.checks import all_finite, id_range
 from .params import Params, read_structure
 
 ACTIVATIONS = {"tanh": 0, "sigmoid": 1, "relu": 2, "identity": 3}
@@ -137,6 +138,20 @@ def _first(bad, shape=None):
     return here, tuple(int(i) for i in theirs)
 
 
+def _scannable(arr, kinds):
+    """Whether a one-pass scan (`fastbptt._kernels.checks`) can read arr as it is.
+
+    Only contiguous, writable arrays of the dtypes the scans are compiled for: any
+    other kind would compile another signature (seconds) to save microseconds.
+    """
+    flags = arr.flags
+    return arr.dtype in kinds and flags.c_contiguous and flags.writeable
+
+
+_FLOATS = FLOAT_DTYPES
+_INT64 = (np.dtype(np.int64),)
+
+
 def _check_finite(name, arr, enabled=True, mask=None, shape=None):
     """ValueError naming ``name`` for a NaN or inf at a real step.
 
@@ -144,6 +159,8 @@ def _check_finite(name, arr, enabled=True, mask=None, shape=None):
     caller's shape of ``arr``, for the index in the message.
     """
     if not enabled or not arr.size:
+        return
+    if mask is None and _scannable(arr, _FLOATS) and all_finite(arr.reshape(-1)):
         return
     ok = np.isfinite(arr)
     if mask is not None:
@@ -160,6 +177,10 @@ def _check_ids(name, arr, low, high, mask, what, shape=None):
 
     ``what()`` says where the bounds come from (called only for the message).
     """
+    if mask is None and arr.size and _scannable(arr, _INT64):
+        lo, hi = id_range(arr.reshape(-1))
+        if lo >= low and hi < high:
+            return
     real = arr if mask is None else arr[mask]
     if not real.size or (real.min() >= low and real.max() < high):
         return
