@@ -1,0 +1,162 @@
+"""LLVM vector code for the kernels, emitted by Numba intrinsics.
+
+Numba's loops vectorize only where LLVM proves it can; these two pieces are written
+as vector code directly. They compile for whatever vector width the machine has (LLVM
+splits a 64-byte vector on narrower machines) and cache like the other kernels.
+
+- `axpy_block`: out[:w] += sum_j x[j] R[j, :w] with the w outputs held in registers,
+  the step of `matvec.rows_axpy`.
+- `transpose_tile`: one square tile of a transpose through registers, for
+  `blas.transpose_into`.
+"""
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ._jit import jit
+
+VECTOR_BYTES = 64           # one AVX-512 register; LLVM splits it on narrower machines
+
+
+def _axpy_block(vectors):
+    """An intrinsic: out[:w] += sum_j x[j * incx] * R[j * ldr, :w], w = vectors registers.
+
+    ``like`` is any array of the dtype (float32 or float64); the other arguments are
+    addresses or element counts (intp): r (address of R[0, i0]), ldr (row step in
+    elements, negative to walk up), x, incx, out, K (rows).
+    """
+    @intrinsic
+    def axpy_block(typingctx, like, r, ldr, x, incx, out, K):
+        sig = types.void(like, types.intp, types.intp, types.intp, types.intp, types.intp,
+                         types.intp)
+        double = like.dtype == types.float64
+        scalar = ir.DoubleType() if double else ir.FloatType()
+        size = 8 if double else 4
+        lanes = VECTOR_BYTES // size
+        vec = ir.VectorType(scalar, lanes)
+        suffix = f"v{lanes}{'f64' if double else 'f32'}"
+
+        def codegen(context, builder, signature, args):
+            _, r, ldr, x, incx, out, K = args
+            word = r.type
+            one = ir.Constant(word, 1)
+            two = ir.Constant(word, 2)
+            fmuladd = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fmuladd.{suffix}")
+            scalar_ptr, vec_ptr = scalar.as_pointer(), vec.as_pointer()
+
+            def vector_at(base, v):
+                return builder.bitcast(builder.gep(base, [ir.Constant(word, v * lanes)]), vec_ptr)
+
+            out_ptr = builder.inttoptr(out, scalar_ptr)
+            r_ptr = builder.inttoptr(r, scalar_ptr)
+            x_ptr = builder.inttoptr(x, scalar_ptr)
+            acc = [[cgutils.alloca_once(builder, vec) for _ in range(vectors)] for _ in range(2)]
+            for v in range(vectors):
+                builder.store(builder.load(vector_at(out_ptr, v), align=size), acc[0][v])
+                builder.store(ir.Constant(vec, [0.0] * lanes), acc[1][v])
+            undef = ir.Constant(vec, ir.Undefined)
+            splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+
+            def add_row(j, half):
+                xj = builder.load(builder.gep(x_ptr, [builder.mul(j, incx)]))
+                xv = builder.shuffle_vector(
+                    builder.insert_element(undef, xj, ir.Constant(ir.IntType(32), 0)),
+                    undef, splat)
+                row = builder.gep(r_ptr, [builder.mul(j, ldr)])
+                for v in range(vectors):
+                    w = builder.load(vector_at(row, v), align=size)
+                    a = acc[half][v]
+                    builder.store(builder.call(fmuladd, [w, xv, builder.load(a)]), a)
+
+            with cgutils.for_range(builder, builder.sdiv(K, two)) as loop:
+                j = builder.mul(loop.index, two)
+                add_row(j, 0)
+                add_row(builder.add(j, one), 1 if vectors <= 8 else 0)
+            with builder.if_then(builder.icmp_signed("!=", builder.srem(K, two),
+                                                     ir.Constant(word, 0))):
+                add_row(builder.sub(K, one), 0)
+            for v in range(vectors):
+                total = builder.fadd(builder.load(acc[0][v]), builder.load(acc[1][v]))
+                builder.store(total, vector_at(out_ptr, v), align=size)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return axpy_block
+
+
+_by1, _by2, _by4, _by8, _by16 = (_axpy_block(n) for n in (1, 2, 4, 8, 16))
+
+
+@jit(inline="always")
+def axpy_block(vectors, like, r, ldr, x, incx, out, K):
+    """out[:w] += sum_j x[j incx] R[j ldr, :w], w = ``vectors`` registers (16, 8, 4, 2 or 1)
+    of like's dtype; addresses and strides as for `_axpy_block`."""
+    if vectors == 16:
+        _by16(like, r, ldr, x, incx, out, K)
+    elif vectors == 8:
+        _by8(like, r, ldr, x, incx, out, K)
+    elif vectors == 4:
+        _by4(like, r, ldr, x, incx, out, K)
+    elif vectors == 2:
+        _by2(like, r, ldr, x, incx, out, K)
+    else:
+        _by1(like, r, ldr, x, incx, out, K)
+
+
+@jit(inline="always")
+def lanes(a):
+    """Entries of a's dtype per vector register."""
+    return VECTOR_BYTES // a.itemsize
+
+
+
+
+@intrinsic
+def _transpose_tile(typingctx, like, src, lds, dst, ldd):
+    """dst[j, i] = src[i, j] for a w x w tile, w the register width in like's dtype.
+
+    src and dst are addresses of the tiles' first entries, lds and ldd their row
+    strides in elements. The w rows are loaded into registers and interleaved pairwise
+    log2(w) times (row i with row i + w/2), which leaves the columns in the registers.
+    """
+    sig = types.void(like, types.intp, types.intp, types.intp, types.intp)
+    double = like.dtype == types.float64
+    scalar = ir.DoubleType() if double else ir.FloatType()
+    size = 8 if double else 4
+    w = VECTOR_BYTES // size
+    vec = ir.VectorType(scalar, w)
+    low = ir.Constant(ir.VectorType(ir.IntType(32), w),
+                      [k // 2 + (w if k % 2 else 0) for k in range(w)])
+    high = ir.Constant(ir.VectorType(ir.IntType(32), w),
+                       [w // 2 + k // 2 + (w if k % 2 else 0) for k in range(w)])
+
+    def codegen(context, builder, signature, args):
+        _, src, lds, dst, ldd = args
+        word = src.type
+
+        def row(base, stride, i):
+            address = builder.add(base, builder.mul(stride, ir.Constant(word, i * size)))
+            return builder.inttoptr(address, vec.as_pointer())
+
+        rows = [builder.load(row(src, lds, i), align=size) for i in range(w)]
+        for _ in range(w.bit_length() - 1):
+            half = w // 2
+            mixed = []
+            for i in range(half):
+                mixed.append(builder.shuffle_vector(rows[i], rows[i + half], low))
+                mixed.append(builder.shuffle_vector(rows[i], rows[i + half], high))
+            rows = mixed
+        for i in range(w):
+            builder.store(rows[i], row(dst, ldd, i), align=size)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@jit(inline="always")
+def transpose_tile(like, src, lds, dst, ldd):
+    """One register-width square tile of a transpose (`_transpose_tile`)."""
+    _transpose_tile(like, src, lds, dst, ldd)
