@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-_ALIGN = 64
+ALIGN = 64              # bytes: a cache line, and one AVX-512 vector
 _MAX_VIEWS = 64         # views remembered for repeat calls (a training loop's few shapes)
 
 
@@ -33,11 +33,11 @@ class Workspace(threading.local):
         dtype = np.dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
         raw = self._buffers.get(name)
-        if raw is None or raw.nbytes < nbytes + _ALIGN:
-            raw = np.empty(nbytes + _ALIGN, np.uint8)
+        if raw is None or raw.nbytes < nbytes + ALIGN:
+            raw = np.empty(nbytes + ALIGN, np.uint8)
             self._buffers[name] = raw
             self._views = {k: v for k, v in self._views.items() if k[0] != name}
-        start = -raw.ctypes.data % _ALIGN
+        start = -raw.ctypes.data % ALIGN
         view = raw[start:start + nbytes].view(dtype).reshape(shape)
         if len(self._views) >= _MAX_VIEWS:
             self._views.clear()

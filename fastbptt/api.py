@@ -5,12 +5,13 @@ import numpy as np
 
 from ._inputs import prepare
 from ._kernels.backward import backward
+from ._kernels.forward import forward as _forward_kernel
 from ._kernels.matvec import pad_weights, padded
-from ._kernels.forward import NARROW, forward as _forward_kernel
+from ._kernels.narrow import NARROW, backward_narrow, forward_narrow, to_feature_major
 from ._kernels.output import output_errors
 from ._results import BPTTResult, ForwardResult, pack_grads
 from ._threads import ensure_default_threads
-from ._workspace import workspace
+from ._workspace import ALIGN, workspace
 from .params import Params
 
 __all__ = ["grad", "value_and_grad", "bptt", "forward", "loss"]
@@ -36,79 +37,117 @@ def _kernel_targets(problem):
     return np.empty(0, np.int64), dense
 
 
+_ZEROS = {}
+
+
 def _bias(vector, size, dtype):
-    return np.zeros(size, dtype) if vector is None else vector
+    """The bias, or zeros for none (kept from call to call: the kernels only read it)."""
+    if vector is not None:
+        return vector
+    key = (size, dtype)
+    zeros = _ZEROS.get(key)
+    if zeros is None:
+        zeros = _ZEROS[key] = np.zeros(size, dtype)
+    return zeros
 
 
 def _padded_weights(problem):
     """(W^T, W), each (H, N) with zero columns up to N, a whole number of vector registers.
 
-    The kernels' vector code runs over rows of these (`fastbptt._kernels.matvec`). When
-    H needs no padding, W is the params' own array (read only).
+    The narrow kernels' vector code runs over rows of these (`fastbptt._kernels.matvec`);
+    the others use W^T's first H columns. Both start on a 64-byte boundary, so that no
+    vector load straddles two cache lines (measured: a narrow backward sweep at H = 128
+    takes 37 us from an unaligned W, 30 us aligned). W itself serves when it needs no
+    padding and is aligned.
     """
     W = problem.params.W
     H, dtype = W.shape[0], W.dtype
     N = padded(H, dtype)
     WTp = workspace.get("WTp", (H, N), dtype)
-    Wp = W if N == H else workspace.get("Wp", (H, N), dtype)
-    pad_weights(W, WTp, Wp, N != H)
+    copy = N != H or W.ctypes.data % ALIGN != 0
+    Wp = workspace.get("Wp", (H, N), dtype) if copy else W
+    pad_weights(W, WTp, Wp, copy)
     return WTp, Wp
 
 
-def _states(problem, x_ids, x_dense, ids, weights):
-    """hs (H, T+1, B), a workspace view: hs[:, 0] = h0, hs[:, t + 1] = h_t (0 past lengths).
+def _narrow(problem):
+    """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`)."""
+    return problem.B < NARROW
 
-    Also returns seqs, the time-major states of narrow batches (`forward` kernel).
-    weights: `_padded_weights(problem)`.
+
+def _states(problem, x_ids, x_dense, ids, WTp):
+    """(states, h_final): all states, h0 first, in a workspace array, zero past each
+    sequence's length, and each sequence's last real state (B, H).
+
+    Narrow batches: seqs (T+1, B, N), time-major and zero-padded to N columns.
+    Others: hs (H, T+1, B), feature-major.
     """
     ensure_default_threads()
     p, dtype = problem.params, problem.dtype
     L, H, C = p.sizes
     B, T = problem.B, problem.T
-    WTp = weights[0]
+    bias = _bias(p.b, H, dtype)
+    if _narrow(problem):
+        seqs = workspace.get("seqs", (T + 1, B, WTp.shape[1]), dtype)
+        h_final = np.empty((B, H), dtype)
+        forward_narrow(x_ids, x_dense, ids, p.U, WTp, bias, problem.activation,
+                       problem.lengths, problem.h0, seqs, h_final)
+        return seqs, h_final
     hs = workspace.get("hs", (H, T + 1, B), dtype)
     hs[:, 0] = problem.h0.T
-    seqs = workspace.get("seqs", (B, T + 1, WTp.shape[1]) if B < NARROW else (0, 0, 0), dtype)
-    _forward_kernel(x_ids, x_dense, ids, p.U, p.W, WTp, _bias(p.b, H, dtype),
-                    problem.activation, problem.lengths, hs,
-                    workspace.get("columns", (H * B,), dtype), seqs)
-    return hs, seqs
+    _forward_kernel(x_ids, x_dense, ids, p.U, p.W, bias, problem.activation, problem.lengths,
+                    hs, workspace.get("columns", (H * B,), dtype))
+    return hs, np.ascontiguousarray(hs[:, problem.lengths, np.arange(B)].T)
 
 
-def _final_states(problem, hs):
-    """(B, H): each sequence's state after its last real step."""
-    return np.ascontiguousarray(hs[:, problem.lengths, np.arange(problem.B)].T)
+def _steps(problem, states):
+    """h_1 ... h_T as a 2-D view, step t of sequence b at index t B + b, and whether it is
+    time-major ((T B, H)) rather than feature-major ((H, T B))."""
+    B, T, H = problem.B, problem.T, problem.params.W.shape[0]
+    if _narrow(problem):
+        return states[1:].reshape(T * B, states.shape[2])[:, :H], True
+    return states.reshape(H, (T + 1) * B)[:, B:], False
 
 
-def _errors(problem, hs):
+def _batch_first(problem, states):
+    """(B, T, H) view of h_1 ... h_T."""
+    if _narrow(problem):
+        return states[1:, :, :problem.params.W.shape[0]].transpose(1, 0, 2)
+    return states[:, 1:].transpose(2, 1, 0)
+
+
+def _errors(problem, states):
     """(loss, err (C, T B))."""
     p = problem.params
     L, H, C = p.sizes
     y_ids, y_dense = _kernel_targets(problem)
     n = problem.T * problem.B
     err = workspace.get("err", (C, n), problem.dtype)
-    total = output_errors(hs, p.V, _bias(p.c, C, problem.dtype), problem.loss, y_ids, y_dense,
-                          problem.y_ids, problem.lengths, err,
+    total = output_errors(*_steps(problem, states), p.V, _bias(p.c, C, problem.dtype),
+                          problem.loss, y_ids, y_dense, problem.y_ids, problem.lengths, err,
                           workspace.get("sums", (6, n), np.float64))
     return float(total), err
 
 
 def _solve(problem):
-    """(loss, Params of gradients, h_final (B, H), dh0 (B, H)) for a validated problem."""
+    """(loss, Params of gradients, h_final (B, H), dh0 (B, H)) for a validated problem.
+
+    dh0 is zeros when h0 was not given (and is then not computed).
+    """
     p, dtype = problem.params, problem.dtype
     L, H, C = p.sizes
     B, T = problem.B, problem.T
     # the kernels overwrite every gradient entry; with no step at all they stay zero
     new = np.empty if B and T else np.zeros
     dU, dW, dV = new(p.U.shape, dtype), new(p.W.shape, dtype), new(p.V.shape, dtype)
-    db, dc, dh0 = new(H, dtype), new(C, dtype), new((H, B), dtype)
+    db, dc = new(H, dtype), new(C, dtype)
+    dh0 = (new if problem.h0_given else np.zeros)((B, H), dtype)
     total, h_final = 0.0, problem.h0.copy()
     if B and T:
         x_ids, x_dense, ids = _kernel_inputs(problem)
-        WTp, Wp = weights = _padded_weights(problem)
-        hs, seqs = _states(problem, x_ids, x_dense, ids, weights)
-        total, err = _errors(problem, hs)
-        h_final = _final_states(problem, hs)
+        WTp, Wp = _padded_weights(problem)
+        states, h_final = _states(problem, x_ids, x_dense, ids, WTp)
+        total, err = _errors(problem, states)
         k, s = problem.truncate, problem.stride     # None: nothing is cut (`prepare`)
         if k is None:
             chunk = T + 1                     # full BPTT: one sweep, never cut
@@ -117,15 +156,27 @@ def _solve(problem):
         else:
             chunk = 0                         # windows: lag-major
         ws = workspace
-        narrow = B < NARROW and chunk > 0
-        backward(hs, err, x_ids, x_dense, ids, WTp, Wp, p.V, problem.activation,
-                 chunk, k or 0, s, ws.get("delta", (H, T * B), dtype),
-                 ws.get("fprime", (H, T * B) if not narrow else (H, 0), dtype),
-                 ws.get("lags", (2, H, T * B) if chunk == 0 else (2, H, 0), dtype),
-                 seqs, ws.get("dseq", (T, WTp.shape[1]) if narrow else (0, 0), dtype),
-                 dU, dW, dV, db, dc, dh0)
+        if _narrow(problem) and chunk:
+            N = WTp.shape[1]
+            backward_narrow(states, err, x_ids, x_dense, ids, Wp, p.W, p.V, problem.activation,
+                            chunk, ws.get("dseq", (T * B, N), dtype),
+                            ws.get("dUT", (L, N) if ids else (0, N), dtype),
+                            dU, dW, dV, db, dc, dh0 if problem.h0_given else dh0[:0])
+        else:
+            if _narrow(problem):
+                hs = ws.get("hs", (H, T + 1, B), dtype)
+                to_feature_major(states, hs)
+                states = hs
+            dh0_t = ws.get("dh0", (H, B if problem.h0_given else 0), dtype)
+            backward(states, err, x_ids, x_dense, ids, WTp, p.V, problem.activation,
+                     chunk, k or 0, s, ws.get("delta", (H, T * B), dtype),
+                     ws.get("fprime", (H, T * B), dtype),
+                     ws.get("lags", (2, H, T * B) if chunk == 0 else (2, H, 0), dtype),
+                     dU, dW, dV, db, dc, dh0_t)
+            if problem.h0_given:
+                dh0[:] = dh0_t.T
     grads = Params(dU, dW, dV, db if p.b is not None else None, dc if p.c is not None else None)
-    return total, grads, h_final, np.ascontiguousarray(dh0.T)
+    return total, grads, h_final, dh0
 
 
 def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="softmax_ce",
@@ -168,8 +219,6 @@ def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="soft
     problem = prepare(x, y, params, truncate=truncate, stride=stride, activation=activation,
                       loss=loss, h0=h0, lengths=lengths, check_finite=check_finite)
     total, grads, h_final, dh0 = _solve(problem)
-    if not problem.h0_given:
-        dh0[:] = 0
     if problem.single:
         h_final, dh0 = h_final[0], dh0[0]
     return BPTTResult(total, pack_grads(problem, grads), h_final, dh0)
@@ -200,14 +249,14 @@ def forward(x, params, *, activation="tanh", h0=None, lengths=None, check_finite
     h = np.zeros((B, T, H), problem.dtype)
     probs = np.zeros((B, T, C), problem.dtype)
     if B and T:
-        hs, _ = _states(problem, *_kernel_inputs(problem), _padded_weights(problem))
-        h = hs[:, 1:].transpose(2, 1, 0)
+        states, _ = _states(problem, *_kernel_inputs(problem), _padded_weights(problem)[0])
+        h = _batch_first(problem, states)
         logits = h @ p.V.T + (0 if p.c is None else p.c)
         logits -= logits.max(axis=-1, keepdims=True)
         np.exp(logits, out=logits)
         probs = logits / logits.sum(axis=-1, keepdims=True)
         probs[~problem.padding_mask()] = 0
-        h = np.array(h, order="C")            # hs is reused by the next call
+        h = np.array(h, order="C")            # states are reused by the next call
     if problem.single:
         h, probs = h[0], probs[0]
     return ForwardResult(h, probs)
@@ -220,5 +269,5 @@ def loss(x, y, params, *, activation="tanh", loss="softmax_ce", h0=None, lengths
                       check_finite=check_finite)
     if not (problem.B and problem.T):
         return 0.0
-    hs, _ = _states(problem, *_kernel_inputs(problem), _padded_weights(problem))
-    return _errors(problem, hs)[0]
+    states, _ = _states(problem, *_kernel_inputs(problem), _padded_weights(problem)[0])
+    return _errors(problem, states)[0]

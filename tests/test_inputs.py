@@ -275,7 +275,8 @@ def no_kernels(monkeypatch):
     """Any kernel call fails the test: validation must reject the call before one runs."""
     def tripwire(*args):
         raise AssertionError("a kernel ran before validation rejected the call")
-    for name in ("_forward_kernel", "output_errors", "backward", "pad_weights"):
+    for name in ("_forward_kernel", "forward_narrow", "output_errors", "backward",
+                 "backward_narrow", "to_feature_major", "pad_weights"):
         monkeypatch.setattr(api, name, tripwire)
 
 

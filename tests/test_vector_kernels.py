@@ -1,14 +1,19 @@
-"""The register-blocked step of narrow batches (`fastbptt._kernels.matvec`).
+"""Kernels written as explicit vector code, and the validation scans.
 
-Its blocks cover 16, 8, 4, 2 and 1 vector registers, walked forward or backward; the
-shapes here reach every combination, and the end-to-end cases run hidden sizes that
-need several blocks and padding through the narrow forward and backward paths.
+- `rows_axpy`, the register-blocked step of narrow batches: its blocks cover 16, 8, 4,
+  2 and 1 vector registers, walked forward or backward; the shapes here reach every
+  combination, and the end-to-end cases run hidden sizes that need several blocks and
+  padding through the narrow forward and backward paths.
+- `transpose_into`, whose full tiles go through registers.
+- `all_finite` and `id_range`, which validation runs before falling back to NumPy.
 """
 import numpy as np
 import pytest
 
 import fastbptt
 from fastbptt import reference
+from fastbptt._kernels.blas import transpose_into
+from fastbptt._kernels.checks import all_finite, id_range
 from fastbptt._kernels.matvec import VECTOR_BYTES, padded, rows_axpy
 from conftest import assert_agree, make_problem
 
@@ -75,3 +80,43 @@ def test_narrow_paths_match_reference_at_larger_sizes(rng, dtype, H, B, truncati
     options.update(truncate=truncation[0], stride=truncation[1])
     assert_agree(fastbptt.bptt(x, y, params, **options),
                  reference.bptt(x, y, params, **options), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 1), (7, 5), (16, 16), (8, 8), (33, 64), (128, 101),
+                                   (100, 128), (17, 40)])
+def test_transpose_into_matches_numpy(rng, dtype, shape):
+    rows, cols = shape
+    a = rng.standard_normal(shape).astype(dtype)
+    out = np.zeros((cols, rows), dtype)
+    transpose_into(a, out)
+    np.testing.assert_array_equal(out, a.T)
+    # views: rows padded on both sides (the vector tiles), and strided rows (entry by entry)
+    wide = np.zeros((rows, cols + 7), dtype)
+    wide[:, 3:3 + cols] = a
+    padded_out = np.full((cols, rows + 5), -1, dtype)
+    transpose_into(wide[:, 3:3 + cols], padded_out[:, 1:1 + rows])
+    np.testing.assert_array_equal(padded_out[:, 1:1 + rows], a.T)
+    assert (padded_out[:, 0] == -1).all() and (padded_out[:, 1 + rows:] == -1).all()
+    strided = np.zeros((cols, 2 * rows), dtype)
+    transpose_into(a, strided[:, ::2])
+    np.testing.assert_array_equal(strided[:, ::2], a.T)
+    assert not strided[:, 1::2].any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_all_finite_finds_every_kind_of_non_finite_anywhere(rng, dtype):
+    a = (rng.uniform(-1, 1, 1000) * (np.finfo(dtype).max / 2)).astype(dtype)   # huge, finite
+    assert all_finite(a)
+    for bad in (np.nan, np.inf, -np.inf):
+        for where in (0, 517, 999):
+            b = a.copy()
+            b[where] = bad
+            assert not all_finite(b), (bad, where)
+    assert all_finite(np.empty(0, dtype))
+
+
+def test_id_range_is_min_and_max(rng):
+    ids = rng.integers(-5, 70, size=333)
+    assert id_range(ids) == (ids.min(), ids.max())
+    assert id_range(np.array([4])) == (4, 4)

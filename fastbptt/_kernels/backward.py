@@ -10,34 +10,11 @@ back through steps t ... lo(t). With u_t = V^T e_t and delta_t = dL/da_t:
   Delta = sum_j R_j. That is k products of H x H by H x (T B) instead of T k vector ones.
 
 Steps are column blocks of B columns in (H, T B) matrices; f'(a) is computed once for
-all steps (or, for a few sequences, read off the states as the sweep goes), and the
-gradients of the weights are single matrix products over all steps.
+all steps, and the gradients of the weights are single matrix products over all steps.
 """
 from ._jit import jit
-from .activations import derivative, derivative_into
-from .blas import gemm, row_sums, scratch, transpose_into
-from .forward import NARROW
-from .matvec import rows_axpy
-
-
-@jit
-def _narrow_sweep(d, Wp, seq, act, chunk, b, B, dseq):
-    """`_sweep` for sequence b alone, time-major: row t of dseq (T, N) is delta_t.
-
-    seq (T+1, N) holds the sequence's states from `forward` (row t + 1 is h_t), from
-    which f' is read. Each step's product runs over the rows of Wp = W (padded), the
-    direction alternating (`rows_axpy`).
-    """
-    H, T = d.shape[0], d.shape[1] // B
-    dseq[:, H:] = 0
-    transpose_into(d[:, b::B], dseq[:, :H])
-    for t in range(T - 1, -1, -1):
-        acc, h = dseq[t], seq[t + 1]
-        if t + 1 < T and (t + 1) % chunk != 0:
-            rows_axpy(Wp, dseq[t + 1, :H], acc, t % 2 == 1)
-        for i in range(H):
-            acc[i] *= derivative(h[i], act)
-    transpose_into(dseq[:, :H], d[:, b::B])
+from .activations import derivative_into
+from .blas import gemm, row_sums, scratch
 
 
 @jit
@@ -79,19 +56,19 @@ def _lag_major(d, fp, WT, k, s, B, blas, prev, nxt):
 
 
 @jit
-def backward(hs, err, x_ids, x_dense, ids, WTp, Wp, V, act, chunk, truncate, stride,
-             delta, fp, work, seqs, dseq, dU, dW, dV, db, dc, dh0):
+def backward(hs, err, x_ids, x_dense, ids, WTp, V, act, chunk, truncate, stride,
+             delta, fp, work, dU, dW, dV, db, dc, dh0):
     """All gradients from the forward states and the output errors.
 
     hs (H, T+1, B) from `forward`; err (C, T B) from `output_errors`. chunk > 0 sweeps,
     cutting the carry into each step t with (t + 1) % chunk == 0 (T + 1 for full BPTT,
     k for chunks); chunk = 0 runs lag-major with truncate = k, stride = s.
-    delta (H, T B) receives dL/da and fp (H, T B) f'(a) (narrow sweeps read f' off the
-    states instead); work (2, H, T B) is scratch for lag-major (any shape otherwise).
-    WTp (H, N) is W^T zero-padded to N columns (`matvec.padded`). Narrow sweeps also
-    take Wp (H, N), W padded likewise, seqs (B, T+1, N), the time-major states from
-    `forward`, and dseq (T, N) as scratch; other paths ignore them.
-    Writes dU (H, L), dW (H, H), dV (C, H), db (H,), dc (C,) and dh0 (H, B) = W^T delta_0.
+    delta (H, T B) receives dL/da and fp (H, T B) f'(a); work (2, H, T B) is scratch
+    for lag-major (any shape otherwise). WTp (H, N) is W^T, zero-padded to N >= H
+    columns (`matvec.padded`); only its first H are read. Sweeps of
+    a few sequences run faster in `narrow.backward_narrow`.
+    Writes dU (H, L), dW (H, H), dV (C, H), db (H,), dc (C,) and dh0 (H, B) =
+    W^T delta_0 (pass (H, 0) when not needed).
     Padding steps have zero error, so their delta is zero and they add nothing.
     """
     H, T, B = hs.shape[0], hs.shape[1] - 1, hs.shape[2]
@@ -100,10 +77,7 @@ def backward(hs, err, x_ids, x_dense, ids, WTp, Wp, V, act, chunk, truncate, str
     WT = WTp[:, :H]
     blas = scratch(delta)
     gemm(V, err, delta, 1.0, 0.0, True, False, blas)          # u = V^T e
-    if chunk > 0 and B < NARROW:
-        for b in range(B):
-            _narrow_sweep(delta, Wp, seqs[b], act, chunk, b, B, dseq)
-    elif chunk > 0:
+    if chunk > 0:
         for i in range(H):
             derivative_into(fp[i], m[i, B:], act)
         _sweep(delta, fp, WT, chunk, B, blas)

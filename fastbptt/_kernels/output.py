@@ -24,18 +24,21 @@ def _exp_shifted(row, shift):
 
 
 @jit
-def output_errors(hs, V, c, loss_kind, y_ids, y_dense, ids, lengths, err, cols):
+def output_errors(states, time_major, V, c, loss_kind, y_ids, y_dense, ids, lengths, err,
+                  cols):
     """Return the summed loss (float64) and write e = dL/do into err (C, T B).
 
-    hs (H, T+1, B) from `forward`; V (C, H); c (C,) (zeros for no bias). Targets are
+    states holds h_1 ... h_T of every sequence, step t of sequence b at index t B + b:
+    feature-major (H, T B), or (T B, H) when ``time_major`` (narrow batches).
+    V (C, H); c (C,) (zeros for no bias). Targets are
     y_ids (T B,) with -1 = no loss, or y_dense (C, T B); ``ids`` says which. Columns at
     padding steps (t >= lengths[b]) and with id -1 get zero error and no loss.
     cols (6, T B) float64 is scratch for per-column values.
     """
-    H, T, B = hs.shape[0], hs.shape[1] - 1, hs.shape[2]
     C, n = err.shape
-    states = hs.reshape(H, (T + 1) * B)[:, B:]
-    gemm(V, states, err, 1.0, 0.0, False, False, scratch(err))
+    B = lengths.shape[0]
+    T = n // B
+    gemm(V, states, err, 1.0, 0.0, False, time_major, scratch(err))
     valid, top, total_w, picked, s, log_z = cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]
     for t in range(T):
         for b in range(B):
