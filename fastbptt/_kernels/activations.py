@@ -12,9 +12,9 @@ from .mathfuncs import sigmoid32, tanh32
 TANH, SIGMOID, RELU, IDENTITY = 0, 1, 2, 3
 
 
-@jit
-def activate_vector(v, act):
-    """v <- f(v) on a contiguous 1-D array."""
+@jit(inline="always")
+def _activate_segment(v, act):
+    """v <- f(v) on a contiguous 1-D array; inlined, so that each loop vectorizes in place."""
     n = v.shape[0]
     if act == RELU:
         for i in range(n):
@@ -37,12 +37,19 @@ def activate_vector(v, act):
 
 
 @jit
+def activate_vector(v, act):
+    """v <- f(v) on a contiguous 1-D array."""
+    _activate_segment(v, act)
+
+
+@jit
 def activate_columns(m, start, width, act, buf):
     """f() on columns start ... start+width-1 of the C-contiguous 2-D array m.
 
-    Wide blocks run in place, row segment by row segment; narrow ones (a few sequences)
-    are gathered into the contiguous buffer buf first, so the functions still run as
-    vectors.
+    Wide blocks run in place, row segment by row segment (each a contiguous slice, so
+    the loop vectorizes: indexing m in two dimensions kept it scalar, 5.7 ns per tanh
+    against 0.7); narrow ones (a few sequences) are gathered into the contiguous buffer
+    buf first, so the functions still run as vectors.
     """
     rows, stop = m.shape[0], start + width
     if act == IDENTITY:
@@ -56,27 +63,9 @@ def activate_columns(m, start, width, act, buf):
         for i in range(rows):
             for b in range(width):
                 m[i, start + b] = v[i * width + b]
-    elif act == RELU:
-        for i in range(rows):
-            for j in range(start, stop):
-                if m[i, j] < 0:
-                    m[i, j] = 0
-    elif m.itemsize == 4 and act == TANH:
-        for i in range(rows):
-            for j in range(start, stop):
-                m[i, j] = tanh32(m[i, j])
-    elif m.itemsize == 4:
-        for i in range(rows):
-            for j in range(start, stop):
-                m[i, j] = sigmoid32(m[i, j])
-    elif act == TANH:
-        for i in range(rows):
-            for j in range(start, stop):
-                m[i, j] = np.tanh(m[i, j])
     else:
         for i in range(rows):
-            for j in range(start, stop):
-                m[i, j] = 1.0 / (1.0 + np.exp(-m[i, j]))
+            _activate_segment(m[i, start:stop], act)
 
 
 @jit(inline="always")

@@ -26,8 +26,9 @@ def _sweep(d, fp, WT, chunk, B, blas):
         if t + 1 < T and (t + 1) % chunk != 0:
             gemm(WT, d[:, hi:hi + B], d[:, lo:hi], 1.0, 1.0, False, False, blas)
         for i in range(H):
-            for j in range(lo, hi):
-                d[i, j] *= fp[i, j]
+            row, f = d[i, lo:hi], fp[i, lo:hi]
+            for j in range(B):
+                row[j] *= f[j]
 
 
 @jit
@@ -35,17 +36,17 @@ def _lag_major(d, fp, WT, k, s, B, blas, prev, nxt):
     """Delta = sum over lags j < k of R_j, in place on d (H, T B) holding u on entry."""
     H, T = d.shape[0], d.shape[1] // B
     for i in range(H):
+        row, f, p = d[i], fp[i], prev[i]
         for c in range(T * B):
-            d[i, c] *= fp[i, c]
-            prev[i, c] = d[i, c]
+            row[c] *= f[c]
+            p[c] = row[c]
     for j in range(1, min(k, T)):
         n = T - j
         gemm(WT, prev[:, B:(n + 1) * B], nxt[:, :n * B], 1.0, 0.0, False, False, blas)
         for r in range(n):
             if (r + j) % s < j - (k - s):       # r < lo(r + j): this output stops here
                 for i in range(H):
-                    for c in range(r * B, (r + 1) * B):
-                        nxt[i, c] = 0
+                    nxt[i, r * B:(r + 1) * B] = 0
         for i in range(H):
             a, f, out = nxt[i, :n * B], fp[i, :n * B], d[i, :n * B]
             for c in range(n * B):

@@ -112,7 +112,8 @@ def transpose_into(a, out):
 def row_sums(m, out):
     """out[i] = sum of row i of a 2-D array, each sum vectorized (reassociated)."""
     for i in range(m.shape[0]):
+        row = m[i]
         s = np.float32(0)
-        for j in range(m.shape[1]):
-            s += m[i, j]
+        for j in range(row.shape[0]):
+            s += row[j]
         out[i] = s
