@@ -43,23 +43,10 @@ class Problem:
     loss: int
     truncate: Optional[int]          # None = full BPTT
     stride: int
-
-    @property
-    def dtype(self):
-        return self.params.U.dtype
-
-    @property
-    def B(self):
-        return self.x.shape[0]
-
-    @property
-    def T(self):
-        return self.x.shape[1]
-
-    @property
-    def sizes(self):
-        """(L, H, C)."""
-        return self.params.sizes
+    B: int                           # sequences
+    T: int                           # steps
+    sizes: tuple                     # (L, H, C) of the params
+    dtype: np.dtype                  # the params' dtype, the compute dtype
 
     def padding_mask(self):
         """(B, T) bool: True at real steps."""
@@ -399,4 +386,5 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
 
     return Problem(single=single, x=_for_kernels(xc), ids=ids, y=yc, y_ids=y_ids,
                    lengths=lens, h0=h0c, h0_given=h0 is not None, params=p, rebuild=rebuild,
-                   activation=act, loss=loss_code, truncate=truncate, stride=stride)
+                   activation=act, loss=loss_code, truncate=truncate, stride=stride,
+                   B=B, T=T, sizes=(L, H, C), dtype=dtype)

@@ -11,7 +11,7 @@ from ._kernels.narrow import NARROW, backward_narrow, forward_narrow, to_feature
 from ._kernels.output import output_errors
 from ._results import BPTTResult, ForwardResult, pack_grads
 from ._threads import ensure_default_threads
-from ._workspace import ALIGN, workspace
+from ._workspace import workspace
 from .params import Params
 
 __all__ = ["grad", "value_and_grad", "bptt", "forward", "loss"]
@@ -22,9 +22,8 @@ def _kernel_inputs(problem):
 
     The kind not in use is an empty array, so each dtype compiles one signature.
     """
-    dtype = problem.dtype
-    if problem.ids:
-        return np.ascontiguousarray(problem.x.T).reshape(-1), np.empty((0, 0), dtype), True
+    if problem.ids:       # a contiguous view for one sequence, else a copy in C order
+        return problem.x.T.reshape(-1), np.empty((0, 0), problem.dtype), True
     dense = np.ascontiguousarray(problem.x.transpose(2, 1, 0)).reshape(-1, problem.T * problem.B)
     return np.empty(0, np.int64), dense, False
 
@@ -32,7 +31,7 @@ def _kernel_inputs(problem):
 def _kernel_targets(problem):
     """y for the kernels: ids (T B,) or dense (C, T B), the other empty."""
     if problem.y_ids:
-        return np.ascontiguousarray(problem.y.T).reshape(-1), np.empty((0, 0), problem.dtype)
+        return problem.y.T.reshape(-1), np.empty((0, 0), problem.dtype)
     dense = np.ascontiguousarray(problem.y.transpose(2, 1, 0)).reshape(-1, problem.T * problem.B)
     return np.empty(0, np.int64), dense
 
@@ -52,21 +51,18 @@ def _bias(vector, size, dtype):
 
 
 def _padded_weights(problem):
-    """(W^T, W), each (H, N) with zero columns up to N, a whole number of vector registers.
+    """(W^T, W), workspace arrays (H, N) zero-padded to N columns, a whole number of
+    vector registers, and starting on 64-byte boundaries.
 
     The narrow kernels' vector code runs over rows of these (`fastbptt._kernels.matvec`);
-    the others use W^T's first H columns. Both start on a 64-byte boundary, so that no
-    vector load straddles two cache lines (measured: a narrow backward sweep at H = 128
-    takes 37 us from an unaligned W, 30 us aligned). W itself serves when it needs no
-    padding and is aligned.
+    the others use W^T's first H columns. The copy of W is made only when W itself
+    cannot serve (`matvec.rows_of_W`).
     """
     W = problem.params.W
     H, dtype = W.shape[0], W.dtype
-    N = padded(H, dtype)
-    WTp = workspace.get("WTp", (H, N), dtype)
-    copy = N != H or W.ctypes.data % ALIGN != 0
-    Wp = workspace.get("Wp", (H, N), dtype) if copy else W
-    pad_weights(W, WTp, Wp, copy)
+    shape = (H, padded(H, dtype))
+    WTp, Wp = workspace.get("WTp", shape, dtype), workspace.get("Wp", shape, dtype)
+    pad_weights(W, WTp, Wp)
     return WTp, Wp
 
 
@@ -84,7 +80,7 @@ def _states(problem, x_ids, x_dense, ids, WTp):
     """
     ensure_default_threads()
     p, dtype = problem.params, problem.dtype
-    L, H, C = p.sizes
+    L, H, C = problem.sizes
     B, T = problem.B, problem.T
     bias = _bias(p.b, H, dtype)
     if _narrow(problem):
@@ -119,7 +115,7 @@ def _batch_first(problem, states):
 def _errors(problem, states):
     """(loss, err (C, T B))."""
     p = problem.params
-    L, H, C = p.sizes
+    L, H, C = problem.sizes
     y_ids, y_dense = _kernel_targets(problem)
     n = problem.T * problem.B
     err = workspace.get("err", (C, n), problem.dtype)
@@ -135,7 +131,7 @@ def _solve(problem):
     dh0 is zeros when h0 was not given (and is then not computed).
     """
     p, dtype = problem.params, problem.dtype
-    L, H, C = p.sizes
+    L, H, C = problem.sizes
     B, T = problem.B, problem.T
     # the kernels overwrite every gradient entry; with no step at all they stay zero
     new = np.empty if B and T else np.zeros
@@ -244,7 +240,7 @@ def forward(x, params, *, activation="tanh", h0=None, lengths=None, check_finite
     problem = prepare(x, None, params, activation=activation, h0=h0, lengths=lengths,
                       check_finite=check_finite, need_y=False)
     p = problem.params
-    L, H, C = p.sizes
+    L, H, C = problem.sizes
     B, T = problem.B, problem.T
     h = np.zeros((B, T, H), problem.dtype)
     probs = np.zeros((B, T, C), problem.dtype)

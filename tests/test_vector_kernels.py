@@ -120,3 +120,23 @@ def test_id_range_is_min_and_max(rng):
     ids = rng.integers(-5, 70, size=333)
     assert id_range(ids) == (ids.min(), ids.max())
     assert id_range(np.array([4])) == (4, 4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_aligned_and_unaligned_W_give_identical_results(rng, dtype):
+    """The narrow sweep reads an aligned W in place and copies an unaligned one."""
+    x, y, params, options = make_problem(rng, B=1, T=20, L=9, H=32, C=5, dtype=dtype,
+                                         with_h0=True)
+    size = np.dtype(dtype).itemsize
+    results = []
+    for offset in (0, size):              # bytes past a 64-byte boundary
+        raw = np.zeros(params.W.nbytes + 128, np.uint8)
+        start = -raw.ctypes.data % 64 + offset
+        W = raw[start:start + params.W.nbytes].view(dtype).reshape(params.W.shape)
+        W[:] = params.W
+        assert W.ctypes.data % 64 == offset
+        results.append(fastbptt.bptt(x, y, params._replace(W=W), **options))
+    for a, b in zip(results[0].grads + (results[0].dh0,), results[1].grads + (results[1].dh0,)):
+        if a is not None:
+            np.testing.assert_array_equal(a, b)
+    assert_agree(results[0], reference.bptt(x, y, params, **options), dtype)

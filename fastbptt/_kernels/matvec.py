@@ -79,17 +79,33 @@ def rows_axpy(R, x, out, reverse):
                os + end * size, K)
 
 
+@jit(inline="always")
+def _usable_as_is(W, N):
+    """Whether the vector step can read W's own rows: no padding needed, and the array
+    starts on a 64-byte boundary, so that no vector load straddles two cache lines
+    (measured: a narrow backward sweep at H = 128 took 37 us unaligned, 30 us aligned)."""
+    return W.shape[1] == N and W.ctypes.data % VECTOR_BYTES == 0
+
+
+@jit(inline="always")
+def rows_of_W(W, Wp):
+    """W, or its padded copy Wp (`pad_weights`) when W cannot be read as it is."""
+    return W if _usable_as_is(W, Wp.shape[1]) else Wp
+
+
 @jit
-def pad_weights(W, WTp, Wp, copy):
-    """WTp (H, N) <- W^T and, when ``copy``, Wp (H, N) <- W, zero-padded beyond H columns."""
+def pad_weights(W, WTp, Wp):
+    """WTp (H, N) <- W^T and, unless `rows_of_W` picks W itself, Wp (H, N) <- W, both
+    zero-padded beyond H columns. Wp must start on a 64-byte boundary."""
     H, N = WTp.shape
     transpose_into(W, WTp[:, :H])
     for i in range(H):
         WTp[i, H:] = 0
-    if copy:
-        for i in range(H):
-            row, out = W[i], Wp[i]
-            for j in range(H):
-                out[j] = row[j]
-            for j in range(H, N):
-                out[j] = 0
+    if _usable_as_is(W, N):
+        return
+    for i in range(H):
+        row, out = W[i], Wp[i]
+        for j in range(H):
+            out[j] = row[j]
+        for j in range(H, N):
+            out[j] = 0

@@ -14,7 +14,7 @@ lag-major path of `backward` on a feature-major copy.
 from ._jit import jit
 from .activations import activate_vector, derivative
 from .blas import gemm, row_sums, scratch, transpose_into
-from .matvec import rows_axpy
+from .matvec import rows_axpy, rows_of_W
 
 NARROW = 4      # fewer sequences than this run here
 
@@ -65,7 +65,7 @@ def backward_narrow(seqs, err, x_ids, x_dense, ids, Wp, W, V, act, chunk, dseq, 
 
     seqs from `forward_narrow`; err (C, T B) from `output_errors`. The carry into step
     t is dropped when (t + 1) % chunk == 0 (chunk = T + 1 for full BPTT, k for chunks).
-    Wp (H, N) is W zero-padded; dseq (T B, N) receives delta_t = dL/da_t, row t B + b;
+    Wp (H, N) is `pad_weights`'s copy of W (or unused, `rows_of_W`); dseq (T B, N) receives delta_t = dL/da_t, row t B + b;
     dUT (L, N) is scratch for token ids. Writes dU (H, L), dW (H, H), dV (C, H),
     db (H,), dc (C,) and dh0 (B, H), row b = W^T delta_0 of sequence b (pass (0, H) when
     not needed). Padding steps have zero error, so their delta is zero and they add
@@ -76,6 +76,7 @@ def backward_narrow(seqs, err, x_ids, x_dense, ids, Wp, W, V, act, chunk, dseq, 
     rows = seqs.reshape((T + 1) * B, N)
     states, before = rows[B:, :H], rows[:T * B, :H]
     delta = dseq[:, :H]
+    R = rows_of_W(W, Wp)
     blas = scratch(dseq)
     gemm(err, V, delta, 1.0, 0.0, True, False, blas)          # u_t = V^T e_t, row by row
     dseq[:, H:] = 0
@@ -83,7 +84,7 @@ def backward_narrow(seqs, err, x_ids, x_dense, ids, Wp, W, V, act, chunk, dseq, 
         for t in range(T - 1, -1, -1):
             acc, h = dseq[t * B + b], seqs[t + 1, b]
             if t + 1 < T and (t + 1) % chunk != 0:
-                rows_axpy(Wp, dseq[(t + 1) * B + b, :H], acc, t % 2 == 1)
+                rows_axpy(R, dseq[(t + 1) * B + b, :H], acc, t % 2 == 1)
             for i in range(H):
                 acc[i] *= derivative(h[i], act)
     gemm(delta, before, dW, 1.0, 0.0, True, False, blas)      # sum_t delta_t h_{t-1}^T
