@@ -183,8 +183,7 @@ def _check_ids(name, arr, low, high, mask, what, shape=None):
 def _params(params, check_finite=True):
     raw, rebuild = read_structure(params)
     arrays = {}
-    for name in ("U", "W", "V", "b", "c"):
-        value = getattr(raw, name)
+    for name, value in zip(Params._fields, raw):
         if value is None:
             if name in ("U", "W", "V"):
                 raise ValueError(f"params {name} is None; U, W and V are required")
@@ -245,9 +244,17 @@ def _x(x, U):
     return arr, False, arr.ndim == 2
 
 
+_FULL_LENGTHS = {}
+
+
 def _lengths(lengths, B, T, single, x_shape):
-    if lengths is None:
-        return np.full(B, T, dtype=np.int64)
+    if lengths is None:        # kept from call to call: nothing writes to it
+        full = _FULL_LENGTHS.get((B, T))
+        if full is None:
+            if len(_FULL_LENGTHS) > 64:
+                _FULL_LENGTHS.clear()
+            full = _FULL_LENGTHS[B, T] = np.full(B, T, dtype=np.int64)
+        return full
     arr = _array("lengths", lengths, "integers")
     if arr.size == 0 and arr.dtype.kind == "f":
         arr = arr.astype(np.int64)             # [] for a batch of no sequences

@@ -12,15 +12,18 @@ from .mathfuncs import exp_neg32
 SOFTMAX_CE, MSE = 0, 1
 
 
-@jit
-def _exp_shifted(row, shift):
-    """row <- exp(row - shift) for rows whose entries do not exceed their shift."""
+@jit(inline="always")
+def _exp_shifted_sum(row, shift, sums):
+    """row <- exp(row - shift) (entries do not exceed their shift); sums += row (float64),
+    the entries as stored in row's dtype."""
     if row.itemsize == 4:
         for j in range(row.shape[0]):
             row[j] = exp_neg32(row[j] - shift[j])
+            sums[j] += row[j]
     else:
         for j in range(row.shape[0]):
             row[j] = np.exp(row[j] - shift[j])
+            sums[j] += row[j]
 
 
 @jit
@@ -44,29 +47,29 @@ def output_errors(states, time_major, V, c, loss_kind, y_ids, y_dense, ids, leng
         for b in range(B):
             ok = t < lengths[b] and (not ids or y_ids[t * B + b] >= 0)
             valid[t * B + b] = 1.0 if ok else 0.0
-    for i in range(C):
-        row, ci = err[i], c[i]
-        for j in range(n):
-            row[j] += ci
     total = 0.0
     if loss_kind == MSE:
         for i in range(C):
-            row = err[i]
+            row, ci = err[i], c[i]
             for j in range(n):
+                row[j] += ci
                 target = (1.0 if y_ids[j] == i else 0.0) if ids else y_dense[i, j]
                 e = (row[j] - target) * valid[j]
                 row[j] = e
                 total += 0.5 * e * e
         return total
-    # softmax_ce with a stable log-sum-exp per column
+    # softmax_ce with a stable log-sum-exp per column; the bias is added on the way
+    row, ci = err[0], c[0]
     for j in range(n):
-        top[j] = err[0, j]
+        row[j] += ci
+        top[j] = row[j]
         picked[j] = 0.0      # ids: the target's logit; dense: sum_i y_i o_i
         total_w[j] = 0.0     # dense: sum_i y_i
         s[j] = 0.0
     for i in range(1, C):
-        row = err[i]
+        row, ci = err[i], c[i]
         for j in range(n):
+            row[j] += ci
             if row[j] > top[j]:
                 top[j] = row[j]
     if ids:
@@ -80,10 +83,7 @@ def output_errors(states, time_major, V, c, loss_kind, y_ids, y_dense, ids, leng
                 picked[j] += 1.0 * y[j] * row[j]       # in float64, as the loss
                 total_w[j] += y[j]
     for i in range(C):
-        _exp_shifted(err[i], top)
-        row = err[i]
-        for j in range(n):
-            s[j] += row[j]
+        _exp_shifted_sum(err[i], top, s)
     for j in range(n):
         log_z[j] = top[j] + np.log(s[j])
     if ids:
