@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._accept import accept
 from ._inputs import prepare
 from ._kernels.backward import backward
 from ._kernels.forward import forward as _forward_kernel
@@ -15,6 +16,12 @@ from ._workspace import workspace
 from .params import Params
 
 __all__ = ["grad", "value_and_grad", "bptt", "forward", "loss"]
+
+
+def _validate(x, y, params, **options):
+    """The validated `Problem`: `accept` for the common case, else `prepare` (which raises
+    for anything wrong)."""
+    return accept(x, y, params, **options) or prepare(x, y, params, **options)
 
 
 def _kernel_inputs(problem):
@@ -212,8 +219,8 @@ def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="soft
         ``loss`` (float), ``grads`` (structure of ``params``), ``h_final`` and ``dh0``
         ((H,) for one sequence, (B, H) for a batch; ``dh0`` is zeros when h0 is None).
     """
-    problem = prepare(x, y, params, truncate=truncate, stride=stride, activation=activation,
-                      loss=loss, h0=h0, lengths=lengths, check_finite=check_finite)
+    problem = _validate(x, y, params, truncate=truncate, stride=stride, activation=activation,
+                        loss=loss, h0=h0, lengths=lengths, check_finite=check_finite)
     total, grads, h_final, dh0 = _solve(problem)
     if problem.single:
         h_final, dh0 = h_final[0], dh0[0]
@@ -237,8 +244,8 @@ def forward(x, params, *, activation="tanh", h0=None, lengths=None, check_finite
     Returns a `ForwardResult` ``(h, p)``: h is (T, H) or (B, T, H), p is (T, C) or
     (B, T, C); both are zero at padding steps.
     """
-    problem = prepare(x, None, params, activation=activation, h0=h0, lengths=lengths,
-                      check_finite=check_finite, need_y=False)
+    problem = _validate(x, None, params, activation=activation, h0=h0, lengths=lengths,
+                        check_finite=check_finite, need_y=False)
     p = problem.params
     L, H, C = problem.sizes
     B, T = problem.B, problem.T
@@ -261,8 +268,8 @@ def forward(x, params, *, activation="tanh", h0=None, lengths=None, check_finite
 def loss(x, y, params, *, activation="tanh", loss="softmax_ce", h0=None, lengths=None,
          check_finite=True):
     """The summed loss as a Python float (no gradients)."""
-    problem = prepare(x, y, params, activation=activation, loss=loss, h0=h0, lengths=lengths,
-                      check_finite=check_finite)
+    problem = _validate(x, y, params, activation=activation, loss=loss, h0=h0,
+                        lengths=lengths, check_finite=check_finite)
     if not (problem.B and problem.T):
         return 0.0
     states, _ = _states(problem, *_kernel_inputs(problem), _padded_weights(problem)[0])
