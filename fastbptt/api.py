@@ -211,7 +211,7 @@ def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="soft
         (B,) sequence lengths: steps t >= lengths[b] are padding (no loss, state untouched).
     check_finite : bool
         Raise ValueError for NaN or inf in params, x, y or h0 (default). False skips the
-        scan, which costs one pass over each array (measured: 0.15 ms of W5, 6 us of W2).
+        scan, which costs one pass over each array (measured: 0.23 ms of W5, 3 us of W2).
 
     Returns
     -------
