@@ -132,6 +132,42 @@ def _errors(problem, states):
     return float(total), err
 
 
+def _chunk(problem):
+    """Where the backward sweep cuts: T + 1 for full BPTT (never), k for chunks (s = k);
+    0 for windows (s < k), which run lag-major instead."""
+    k, s = problem.truncate, problem.stride     # None: nothing is cut (`prepare`)
+    if k is None:
+        return problem.T + 1
+    return k if s == k else 0
+
+
+def _backward(problem, states, err, kernel_inputs, WTp, Wp, grads, dh0):
+    """Fill grads (U, W, V, b, c, all arrays) and dh0 (B, H), unless h0 was not given."""
+    p, dtype, ws = problem.params, problem.dtype, workspace
+    L, H, C = problem.sizes
+    B, T = problem.B, problem.T
+    chunk = _chunk(problem)
+    if _narrow(problem) and chunk:
+        N = WTp.shape[1]
+        backward_narrow(states, err, *kernel_inputs, Wp, p.W, p.V, problem.activation, chunk,
+                        ws.get("dseq", (T * B, N), dtype),
+                        ws.get("dUT", (L, N) if kernel_inputs[2] else (0, N), dtype),
+                        *grads, dh0 if problem.h0_given else dh0[:0])
+        return
+    if _narrow(problem):
+        hs = ws.get("hs", (H, T + 1, B), dtype)
+        to_feature_major(states, hs)
+        states = hs
+    dh0_t = ws.get("dh0", (H, B if problem.h0_given else 0), dtype)
+    backward(states, err, *kernel_inputs, WTp, p.V, problem.activation, chunk,
+             problem.truncate or 0, problem.stride, ws.get("delta", (H, T * B), dtype),
+             ws.get("fprime", (H, T * B), dtype),
+             ws.get("lags", (2, H, T * B) if chunk == 0 else (2, H, 0), dtype),
+             *grads, dh0_t)
+    if problem.h0_given:
+        dh0[:] = dh0_t.T
+
+
 def _solve(problem):
     """(loss, Params of gradients, h_final (B, H), dh0 (B, H)) for a validated problem.
 
@@ -142,42 +178,17 @@ def _solve(problem):
     B, T = problem.B, problem.T
     # the kernels overwrite every gradient entry; with no step at all they stay zero
     new = np.empty if B and T else np.zeros
-    dU, dW, dV = new(p.U.shape, dtype), new(p.W.shape, dtype), new(p.V.shape, dtype)
-    db, dc = new(H, dtype), new(C, dtype)
+    grads = (new(p.U.shape, dtype), new(p.W.shape, dtype), new(p.V.shape, dtype),
+             new(H, dtype), new(C, dtype))
     dh0 = (new if problem.h0_given else np.zeros)((B, H), dtype)
     total, h_final = 0.0, problem.h0.copy()
     if B and T:
-        x_ids, x_dense, ids = _kernel_inputs(problem)
+        kernel_inputs = _kernel_inputs(problem)
         WTp, Wp = _padded_weights(problem)
-        states, h_final = _states(problem, x_ids, x_dense, ids, WTp)
+        states, h_final = _states(problem, *kernel_inputs, WTp)
         total, err = _errors(problem, states)
-        k, s = problem.truncate, problem.stride     # None: nothing is cut (`prepare`)
-        if k is None:
-            chunk = T + 1                     # full BPTT: one sweep, never cut
-        elif s == k:
-            chunk = k                         # chunks: one sweep, cut at chunk starts
-        else:
-            chunk = 0                         # windows: lag-major
-        ws = workspace
-        if _narrow(problem) and chunk:
-            N = WTp.shape[1]
-            backward_narrow(states, err, x_ids, x_dense, ids, Wp, p.W, p.V, problem.activation,
-                            chunk, ws.get("dseq", (T * B, N), dtype),
-                            ws.get("dUT", (L, N) if ids else (0, N), dtype),
-                            dU, dW, dV, db, dc, dh0 if problem.h0_given else dh0[:0])
-        else:
-            if _narrow(problem):
-                hs = ws.get("hs", (H, T + 1, B), dtype)
-                to_feature_major(states, hs)
-                states = hs
-            dh0_t = ws.get("dh0", (H, B if problem.h0_given else 0), dtype)
-            backward(states, err, x_ids, x_dense, ids, WTp, p.V, problem.activation,
-                     chunk, k or 0, s, ws.get("delta", (H, T * B), dtype),
-                     ws.get("fprime", (H, T * B), dtype),
-                     ws.get("lags", (2, H, T * B) if chunk == 0 else (2, H, 0), dtype),
-                     dU, dW, dV, db, dc, dh0_t)
-            if problem.h0_given:
-                dh0[:] = dh0_t.T
+        _backward(problem, states, err, kernel_inputs, WTp, Wp, grads, dh0)
+    dU, dW, dV, db, dc = grads
     grads = Params(dU, dW, dV, db if p.b is not None else None, dc if p.c is not None else None)
     return total, grads, h_final, dh0
 
