@@ -104,6 +104,11 @@ def test_transpose_into_matches_numpy(rng, dtype, shape):
     assert not strided[:, 1::2].any()
 
 
+def test_transpose_into_refuses_a_mismatched_output():
+    with pytest.raises(ValueError, match="transpose_into"):
+        transpose_into(np.zeros((16, 32), np.float32), np.zeros((16, 32), np.float32))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_all_finite_finds_every_kind_of_non_finite_anywhere(rng, dtype):
     a = (rng.uniform(-1, 1, 1000) * (np.finfo(dtype).max / 2)).astype(dtype)   # huge, finite

@@ -86,6 +86,8 @@ def transpose_into(a, out):
     edges left over are copied entry by entry.
     """
     rows, cols = a.shape
+    if out.shape[0] != cols or out.shape[1] != rows:
+        raise ValueError("transpose_into: out must have a's shape reversed")
     size = a.itemsize
     tile = lanes(a)
     full_r, full_c = rows - rows % tile, cols - cols % tile
