@@ -51,8 +51,10 @@ def accept(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="so
     except (TypeError, ValueError):
         return None
     U, W, V, b, c = p
-    dtype = getattr(U, "dtype", None)
-    if dtype not in FLOAT_DTYPES or W is None or V is None:
+    if type(U) is not np.ndarray or W is None or V is None:
+        return None
+    dtype = U.dtype                 # (not getattr: np.dtype(...) == None is True)
+    if dtype not in FLOAT_DTYPES:
         return None
     arrays = [a for a in p if a is not None]
     if not all(_plain(a, dtype) for a in arrays) or U.ndim != 2 or V.ndim != 2:

@@ -94,7 +94,19 @@ def test_accept_leaves_uncommon_calls_to_prepare(make):
     prepare(x, y, params, **options)          # valid: prepare takes it
 
 
+MISSING = [(f"{name} is None", lambda name=name: (X, Y, P._replace(**{name: None}), {}))
+           for name in ("U", "W", "V")]
+
+
 @pytest.mark.parametrize("change", [c[1] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS])
 def test_accept_never_takes_or_raises_for_a_bad_call(change):
     x, y, params, options = change(X, Y, P)
     assert accept(x, y, params, **options) is None
+
+
+@pytest.mark.parametrize("make", [c[1] for c in MISSING], ids=[c[0] for c in MISSING])
+def test_accept_leaves_missing_params_to_prepare(make):
+    x, y, params, options = make()
+    assert accept(x, y, params, **options) is None
+    with pytest.raises(ValueError, match="U, W and V are required"):
+        prepare(x, y, params, **options)

@@ -1,7 +1,8 @@
 """Property tests with hypothesis (profile "ci" of conftest.py: derandomized, 60 examples).
 
-- Random valid calls (B 0..3, T 0..12, L/H/C 1..6, ids or dense x and y, every activation,
-  loss and truncation, h0 and lengths or not, float32/float64) agree with the reference.
+- Random valid calls (B 0..6, T 0..12, L/C 1..6, H 1..20, ids or dense x and y, every
+  activation, loss and truncation, h0 and lengths or not, float32/float64) agree with the
+  reference.
 - Random invalid calls (one thing of a valid call changed: a shape, a dtype, an id, an
   option, a params key) raise TypeError or ValueError from validation, never anything else.
 """
@@ -33,8 +34,9 @@ def valid_calls(draw, **fixed):
 
     dtype = draw(st.sampled_from([np.float64, np.float32]))
     least = 1 if fixed.get("steps") else 0
-    B, T = draw(st.integers(least, 3)), draw(st.integers(least, 12))
-    L, H, C = draw(st.integers(1, 6)), draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    # B up to 6: narrow (< 4) and BLAS batches; H up to 20: several vector registers
+    B, T = draw(st.integers(least, 6)), draw(st.integers(least, 12))
+    L, H, C = draw(st.integers(1, 6)), draw(st.integers(1, 20)), draw(st.integers(1, 6))
     truncate = pick("truncate", st.none() | st.integers(1, 6))
     stride = 1 if truncate is None or "truncate" in fixed else draw(st.integers(1, truncate))
     flags = {k: pick(k, st.booleans())
