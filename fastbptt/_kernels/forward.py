@@ -1,4 +1,7 @@
-"""The forward recurrence h_t = f(U x_t + W h_{t-1} + b), batched, feature-major."""
+"""The forward recurrence h_t = f(U x_t + W h_{t-1} + b), batched, feature-major.
+
+Batches of fewer than `narrow.NARROW` sequences run `narrow.forward_narrow` instead.
+"""
 from ._jit import jit
 from .activations import activate_columns
 from .blas import gemm, scratch
