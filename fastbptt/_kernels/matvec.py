@@ -41,8 +41,8 @@ def rows_axpy(R, x, out, reverse):
     zero padding: they leave out's padding entries at whatever they held.
     """
     K, N = R.shape
-    size = R.itemsize
-    if N % lanes(R) != 0 or x.shape[0] != K or out.shape[0] != N:
+    size, w = R.itemsize, lanes(R)
+    if N % w != 0 or x.shape[0] != K or out.shape[0] != N:
         raise ValueError("rows_axpy: R must be (K, N) with N padded to whole vectors, "
                          "x (K,) and out (N,)")
     if K == 0 or N == 0:
@@ -50,8 +50,7 @@ def rows_axpy(R, x, out, reverse):
     if R.strides[1] != size or R.strides[0] != N * size or x.strides[0] != size \
             or out.strides[0] != size:
         raise ValueError("rows_axpy: R, x and out must be C-contiguous")
-    w = lanes(R)
-    full, rest = divmod(N // w, BLOCK)      # blocks of BLOCK registers, then 4, 2, 1
+    full, rest = divmod(N // w, BLOCK)      # blocks of BLOCK registers, then 8, 4, 2, 1
     base, xs, os = R.ctypes.data, x.ctypes.data, out.ctypes.data
     if not reverse:
         i0 = 0
@@ -71,12 +70,12 @@ def rows_axpy(R, x, out, reverse):
         if rest & take:
             end -= take * w
             axpy_block(take, R, last + end * size, -N, xs + (K - 1) * size, -1,
-                   os + end * size, K)
+                       os + end * size, K)
         take *= 2
     for _ in range(full):
         end -= BLOCK * w
         axpy_block(BLOCK, R, last + end * size, -N, xs + (K - 1) * size, -1,
-               os + end * size, K)
+                   os + end * size, K)
 
 
 @jit(inline="always")

@@ -65,8 +65,9 @@ def backward_narrow(seqs, err, x_ids, x_dense, ids, Wp, W, V, act, chunk, dseq, 
 
     seqs from `forward_narrow`; err (C, T B) from `output_errors`. The carry into step
     t is dropped when (t + 1) % chunk == 0 (chunk = T + 1 for full BPTT, k for chunks).
-    Wp (H, N) is `pad_weights`'s copy of W (or unused, `rows_of_W`); dseq (T B, N) receives delta_t = dL/da_t, row t B + b;
-    dUT (L, N) is scratch for token ids. Writes dU (H, L), dW (H, H), dV (C, H),
+    Wp (H, N) is `pad_weights`'s copy of W (unused when `rows_of_W` picks W itself);
+    dseq (T B, N) receives delta_t = dL/da_t, row t B + b; dUT (L, N) is scratch for
+    token ids. Writes dU (H, L), dW (H, H), dV (C, H),
     db (H,), dc (C,) and dh0 (B, H), row b = W^T delta_0 of sequence b (pass (0, H) when
     not needed). Padding steps have zero error, so their delta is zero and they add
     nothing.
