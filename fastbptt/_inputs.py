@@ -135,7 +135,6 @@ def _scannable(arr, kinds):
     return arr.dtype in kinds and flags.c_contiguous and flags.writeable
 
 
-_FLOATS = FLOAT_DTYPES
 _INT64 = (np.dtype(np.int64),)
 
 
@@ -147,7 +146,7 @@ def _check_finite(name, arr, enabled=True, mask=None, shape=None):
     """
     if not enabled or not arr.size:
         return
-    if mask is None and _scannable(arr, _FLOATS) and all_finite(arr.reshape(-1)):
+    if mask is None and _scannable(arr, FLOAT_DTYPES) and all_finite(arr.reshape(-1)):
         return
     ok = np.isfinite(arr)
     if mask is not None:
