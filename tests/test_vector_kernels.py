@@ -1,9 +1,10 @@
 """Kernels written as explicit vector code, and the validation scans.
 
 - `rows_axpy`, the register-blocked step of narrow batches: its blocks cover 16, 8, 4,
-  2 and 1 vector registers, walked forward or backward; the shapes here reach every
-  combination, and the end-to-end cases run hidden sizes that need several blocks and
-  padding through the narrow forward and backward paths.
+  2 and 1 vector registers for groups of 1, 2 and 4 sequences, walked forward or
+  backward; the shapes here reach every combination, and the end-to-end cases run hidden
+  sizes that need several blocks and padding through the narrow forward and backward
+  paths.
 - `transpose_into`, whose full tiles go through registers.
 - `all_finite` and `id_range`, which validation runs before falling back to NumPy.
 """
@@ -26,6 +27,22 @@ def test_padded_width_is_whole_registers(dtype):
     assert [padded(n, dtype) for n in (1, lanes, lanes + 1)] == [lanes, lanes, 2 * lanes]
 
 
+def check_rows_axpy(rng, dtype, S, K, N, reverse, gap=0):
+    """rows_axpy against NumPy for S sequences whose rows lie ``gap`` entries apart."""
+    R = rng.standard_normal((K, N)).astype(dtype)
+    x = rng.standard_normal((S, K + gap)).astype(dtype)[:, :K]
+    out_all = rng.standard_normal((S, N + gap)).astype(dtype)
+    out = out_all[:, :N]
+    before = out_all.copy()
+    expected = out.astype(np.float64) + x.astype(np.float64) @ R.astype(np.float64)
+    rows_axpy(R, x, out, reverse)
+    scale = np.abs(R).sum(axis=0).max() * np.abs(x).max() + 1
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(out, expected, rtol=0, atol=tol * scale,
+                               err_msg=f"S={S} K={K} N={N}")
+    np.testing.assert_array_equal(out_all[:, N:], before[:, N:])   # the gaps untouched
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("reverse", [False, True])
 def test_rows_axpy_matches_numpy(rng, dtype, reverse):
@@ -34,44 +51,54 @@ def test_rows_axpy_matches_numpy(rng, dtype, reverse):
     for vectors in range(1, 41):
         N = vectors * lanes
         for K in (1, 2, 3, N - 5 if N > 5 else 4):
-            R = rng.standard_normal((K, N)).astype(dtype)
-            x = rng.standard_normal(K).astype(dtype)
-            out = rng.standard_normal(N).astype(dtype)
-            expected = out.astype(np.float64) + R.T.astype(np.float64) @ x
-            rows_axpy(R, x, out, reverse)
-            scale = np.abs(R).sum(axis=0).max() * np.abs(x).max() + 1
-            tol = 1e-6 if dtype == np.float32 else 1e-14
-            np.testing.assert_allclose(out, expected, rtol=0, atol=tol * scale,
-                                       err_msg=f"K={K} N={N}")
+            check_rows_axpy(rng, dtype, 1, K, N, reverse)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("S", [2, 3, 4, 5, 6, 7, 9])
+def test_rows_axpy_matches_numpy_for_several_sequences(rng, dtype, reverse, S):
+    """Groups of 4, 2 and 1 sequences, each with its blocks of 4, 8 or 16 registers."""
+    lanes = VECTOR_BYTES // np.dtype(dtype).itemsize
+    for vectors in (1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 23):
+        N = vectors * lanes
+        for K in (1, 4, N - 3 if N > 3 else 2):
+            check_rows_axpy(rng, dtype, S, K, N, reverse, gap=3)
 
 
 def test_rows_axpy_with_no_rows_leaves_out_alone(rng):
-    out = rng.standard_normal(16).astype(np.float32)
+    out = rng.standard_normal((2, 16)).astype(np.float32)
     before = out.copy()
-    rows_axpy(np.empty((0, 16), np.float32), np.empty(0, np.float32), out, True)
+    rows_axpy(np.empty((0, 16), np.float32), np.empty((2, 0), np.float32), out, True)
+    rows_axpy(np.zeros((4, 16), np.float32), np.empty((0, 4), np.float32), out[:0], True)
     np.testing.assert_array_equal(out, before)
 
 
-@pytest.mark.parametrize("R_shape,x_len,out_len", [
-    ((4, 15), 4, 15),       # width not a whole number of registers
-    ((4, 16), 3, 16),       # x shorter than R's rows
-    ((4, 16), 4, 32),       # out wider than R
+@pytest.mark.parametrize("R_shape,x_shape,out_shape", [
+    ((4, 15), (1, 4), (1, 15)),       # width not a whole number of registers
+    ((4, 16), (1, 3), (1, 16)),       # x shorter than R's rows
+    ((4, 16), (1, 4), (1, 32)),       # out wider than R
+    ((4, 16), (2, 4), (1, 16)),       # more sequences in x than in out
 ])
-def test_rows_axpy_refuses_shapes_it_would_overrun(R_shape, x_len, out_len):
+def test_rows_axpy_refuses_shapes_it_would_overrun(R_shape, x_shape, out_shape):
     with pytest.raises(ValueError, match="rows_axpy"):
-        rows_axpy(np.zeros(R_shape, np.float32), np.zeros(x_len, np.float32),
-                  np.zeros(out_len, np.float32), False)
+        rows_axpy(np.zeros(R_shape, np.float32), np.zeros(x_shape, np.float32),
+                  np.zeros(out_shape, np.float32), False)
 
 
 def test_rows_axpy_refuses_strided_rows():
-    R = np.zeros((4, 32), np.float32)[:, ::2]
+    R = np.zeros((4, 32), np.float32)
     with pytest.raises(ValueError, match="rows_axpy"):
-        rows_axpy(R, np.zeros(4, np.float32), np.zeros(16, np.float32), False)
+        rows_axpy(R[:, ::2], np.zeros((1, 4), np.float32), np.zeros((1, 16), np.float32),
+                  False)
+    with pytest.raises(ValueError, match="rows_axpy"):
+        rows_axpy(R[:, :16].copy(), np.zeros((1, 8), np.float32)[:, ::2],
+                  np.zeros((1, 16), np.float32), False)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("H", [16, 33, 128, 300])
-@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("B", [1, 2, 3])
 @pytest.mark.parametrize("truncation", [(None, 1), (6, 6)], ids=["full", "chunks6"])
 def test_narrow_paths_match_reference_at_larger_sizes(rng, dtype, H, B, truncation):
     """Several blocks, padding, and enough steps for both walking directions to matter."""

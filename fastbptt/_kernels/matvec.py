@@ -15,6 +15,11 @@ of R streams in from L2 each step (measured here, H = 128 float32: 0.34 us a ste
 against 0.50 us always forward). Summation order changes with the direction; every sum
 is still exact to the dtype's rounding, as with any BLAS.
 
+Several sequences share each load of R: groups of 2 or 4 sequences keep 2 or 4 sets of
+sums in registers (blocks of 8 or 4 registers each). At H = 128 float32, 100 steps of
+2 sequences took 35 us against 72 us one sequence after the other, 8 sequences 104 us
+against 285 us.
+
 The register blocks are LLVM vector code (`simd`).
 """
 import numpy as np
@@ -32,50 +37,84 @@ def padded(n, dtype):
     return -(-n // w) * w
 
 
-@jit
-def rows_axpy(R, x, out, reverse):
-    """out += R^T x = sum_j x[j] R[j, :], j over all K rows of R, in reverse if asked.
+@jit(inline="always")
+def passes(nseq):
+    """How many passes over R `rows_axpy` makes for ``nseq`` sequences (groups of 4, 2, 1)."""
+    return nseq // 4 + nseq % 4 // 2 + nseq % 2
 
-    R (K, N) C-contiguous with N a whole number of vector registers (`padded`); x (K,)
-    and out (N,) contiguous, of R's dtype. Columns of R beyond the real outputs are
-    zero padding: they leave out's padding entries at whatever they held.
-    """
+
+@jit(inline="always")
+def _one_pass(R, x, xstep, out, ostep, nseq, reverse):
+    """out_s += R^T x_s for ``nseq`` (1, 2 or 4) sequences whose x and out start at the
+    addresses x and out, xstep and ostep elements apart: blocks of up to 16 / nseq
+    registers, walking R's rows from the last one up when ``reverse``."""
     K, N = R.shape
     size, w = R.itemsize, lanes(R)
-    if N % w != 0 or x.shape[0] != K or out.shape[0] != N:
-        raise ValueError("rows_axpy: R must be (K, N) with N padded to whole vectors, "
-                         "x (K,) and out (N,)")
-    if K == 0 or N == 0:
-        return
-    if R.strides[1] != size or R.strides[0] != N * size or x.strides[0] != size \
-            or out.strides[0] != size:
-        raise ValueError("rows_axpy: R, x and out must be C-contiguous")
-    full, rest = divmod(N // w, BLOCK)      # blocks of BLOCK registers, then 8, 4, 2, 1
-    base, xs, os = R.ctypes.data, x.ctypes.data, out.ctypes.data
+    most = BLOCK // nseq
+    full, rest = divmod(N // w, most)     # blocks of `most` registers, then halves of it
+    base = R.ctypes.data
     if not reverse:
         i0 = 0
         for _ in range(full):
-            axpy_block(BLOCK, R, base + i0 * size, N, xs, 1, os + i0 * size, K)
-            i0 += BLOCK * w
-        take = BLOCK // 2
+            axpy_block(most, nseq, R, base + i0 * size, N, x, xstep, 1, out + i0 * size,
+                       ostep, K)
+            i0 += most * w
+        take = most // 2
         while take >= 1:
             if rest & take:
-                axpy_block(take, R, base + i0 * size, N, xs, 1, os + i0 * size, K)
+                axpy_block(take, nseq, R, base + i0 * size, N, x, xstep, 1, out + i0 * size,
+                           ostep, K)
                 i0 += take * w
             take //= 2
         return
     last, end = base + (K - 1) * N * size, N       # walk up from the last row
+    x_last = x + (K - 1) * size
     take = 1
-    while take < BLOCK:
+    while take < most:
         if rest & take:
             end -= take * w
-            axpy_block(take, R, last + end * size, -N, xs + (K - 1) * size, -1,
-                       os + end * size, K)
+            axpy_block(take, nseq, R, last + end * size, -N, x_last, xstep, -1,
+                       out + end * size, ostep, K)
         take *= 2
     for _ in range(full):
-        end -= BLOCK * w
-        axpy_block(BLOCK, R, last + end * size, -N, xs + (K - 1) * size, -1,
-                   os + end * size, K)
+        end -= most * w
+        axpy_block(most, nseq, R, last + end * size, -N, x_last, xstep, -1,
+                   out + end * size, ostep, K)
+
+
+@jit
+def rows_axpy(R, x, out, reverse):
+    """out[s] += R^T x[s] = sum_j x[s, j] R[j, :] for every sequence s, j over all K rows
+    of R.
+
+    R (K, N) C-contiguous with N a whole number of vector registers (`padded`); x (S, K)
+    and out (S, N) of R's dtype, each row contiguous (rows any distance apart).
+    Sequences go in groups of 4, 2 and 1, each group one pass over R that loads each of
+    its rows once for the whole group (`passes` counts them); the passes alternate
+    direction, the first one walking R's rows from the last up when ``reverse``.
+    Columns of R beyond the real outputs are zero padding: they leave out's padding
+    entries at whatever they held.
+    """
+    K, N = R.shape
+    S = x.shape[0]
+    size, w = R.itemsize, lanes(R)
+    if N % w != 0 or x.shape[1] != K or out.shape[0] != S or out.shape[1] != N:
+        raise ValueError("rows_axpy: R must be (K, N) with N padded to whole vectors, "
+                         "x (S, K) and out (S, N)")
+    if K == 0 or N == 0 or S == 0:
+        return
+    if R.strides[1] != size or R.strides[0] != N * size or x.strides[1] != size \
+            or out.strides[1] != size:
+        raise ValueError("rows_axpy: R must be C-contiguous, and the rows of x and out "
+                         "contiguous")
+    xstep, ostep = x.strides[0] // size, out.strides[0] // size
+    s0 = 0
+    while s0 < S:
+        group = 4 if S - s0 >= 4 else (2 if S - s0 >= 2 else 1)
+        _one_pass(R, x.ctypes.data + s0 * xstep * size, xstep,
+                  out.ctypes.data + s0 * ostep * size, ostep, group, reverse)
+        s0 += group
+        reverse = not reverse
 
 
 @jit(inline="always")

@@ -1,9 +1,10 @@
 """Batches of a few sequences: time-major states, register-blocked steps (SPEC.md §5).
 
-With B < NARROW an H x B block is too small for a BLAS call per step to pay, so each
-sequence runs alone on `rows_axpy`, which wants each step's state as one contiguous
-row. States are therefore kept time-major throughout, seqs (T+1, B, N): row (t, b) is
-h_t of sequence b (h0 at t = 0), zero-padded from H to N columns (`matvec.padded`).
+With B < NARROW an H x B block is too small for a BLAS call per step to pay, so the
+steps run on `rows_axpy`, all sequences in lockstep, which wants each sequence's state
+as one contiguous row. States are therefore kept time-major throughout, seqs (T+1, B, N):
+row (t, b) is h_t of sequence b (h0 at t = 0), zero-padded from H to N columns
+(`matvec.padded`).
 Seen as a (T+1) B x N matrix, its rows are the steps in the order t B + b that the
 output layer's columns use, so the products over all steps are single matrix products
 with transposed operands, and nothing is transposed in memory.
@@ -14,7 +15,7 @@ lag-major path of `backward` on a feature-major copy.
 from ._jit import jit
 from .activations import activate_vector, derivative
 from .blas import gemm, row_sums, scratch, transpose_into
-from .matvec import rows_axpy, rows_of_W
+from .matvec import passes, rows_axpy, rows_of_W
 
 NARROW = 4      # fewer sequences than this run here
 
@@ -44,9 +45,15 @@ def forward_narrow(x_ids, x_dense, ids, U, WTp, bias, act, lengths, h0, seqs, h_
                 row[i] += bias[i]
     for b in range(B):
         seqs[0, b, :H] = h0[b]
-        for t in range(lengths[b]):
-            rows_axpy(WTp, seqs[t, b, :H], seqs[t + 1, b], t % 2 == 1)
-            activate_vector(seqs[t + 1, b, :H], act)
+    groups = passes(B)
+    for t in range(lengths.max()):
+        rows_axpy(WTp, seqs[t, :, :H], seqs[t + 1], t * groups % 2 == 1)
+        for b in range(B):
+            if t < lengths[b]:
+                activate_vector(seqs[t + 1, b, :H], act)
+            else:                   # past its end: kept at zero, so nothing grows there
+                seqs[t + 1, b] = 0
+    for b in range(B):
         h_final[b] = seqs[lengths[b], b, :H]
         seqs[lengths[b] + 1:, b] = 0
 
@@ -81,11 +88,14 @@ def backward_narrow(seqs, err, x_ids, x_dense, ids, Wp, W, V, act, chunk, dseq, 
     blas = scratch(dseq)
     gemm(err, V, delta, 1.0, 0.0, True, False, blas)          # u_t = V^T e_t, row by row
     dseq[:, H:] = 0
-    for b in range(B):
-        for t in range(T - 1, -1, -1):
+    groups, done = passes(B), 0
+    for t in range(T - 1, -1, -1):
+        if t + 1 < T and (t + 1) % chunk != 0:
+            rows_axpy(R, dseq[(t + 1) * B:(t + 2) * B, :H], dseq[t * B:(t + 1) * B],
+                      done % 2 == 1)
+            done += groups
+        for b in range(B):
             acc, h = dseq[t * B + b], seqs[t + 1, b]
-            if t + 1 < T and (t + 1) % chunk != 0:
-                rows_axpy(R, dseq[(t + 1) * B + b, :H], acc, t % 2 == 1)
             for i in range(H):
                 acc[i] *= derivative(h[i], act)
     gemm(delta, before, dW, 1.0, 0.0, True, False, blas)      # sum_t delta_t h_{t-1}^T

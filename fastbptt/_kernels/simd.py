@@ -4,8 +4,9 @@ Numba's loops vectorize only where LLVM proves it can; these two pieces are writ
 as vector code directly. They compile for whatever vector width the machine has (LLVM
 splits a 64-byte vector on narrower machines) and cache like the other kernels.
 
-- `axpy_block`: out[:w] += sum_j x[j] R[j, :w] with the w outputs held in registers,
-  the step of `matvec.rows_axpy`.
+- `axpy_block`: out_s[:w] += sum_j x_s[j] R[j, :w] for one, two or four sequences s,
+  with the outputs held in registers and each row of R loaded once: the step of
+  `matvec.rows_axpy`.
 - `transpose_tile`: one square tile of a transpose through registers, for
   `blas.transpose_into`.
 """
@@ -19,17 +20,22 @@ from ._jit import jit
 VECTOR_BYTES = 64           # one AVX-512 register; LLVM splits it on narrower machines
 
 
-def _axpy_block(vectors):
-    """An intrinsic: out[:w] += sum_j x[j * incx] * R[j * ldr, :w], w = vectors registers.
+def _axpy_block(vectors, nseq):
+    """An intrinsic: for each of ``nseq`` sequences s,
+    out_s[:w] += sum_j x_s[j * incx] * R[j * ldr, :w], w = ``vectors`` registers.
 
-    ``like`` is any array of the dtype (float32 or float64); the other arguments are
-    addresses or element counts (intp): r (address of R[0, i0]), ldr (row step in
-    elements, negative to walk up), x, incx, out, K (rows).
+    Each row segment of R is loaded once and used for every sequence. ``like`` is any
+    array of the dtype (float32 or float64); the other arguments are addresses or
+    element counts (intp): r (address of R[0, i0]), ldr (row step in elements, negative
+    to walk up), x (x_0's address), xstep (elements from x_s to x_{s+1}), incx, out,
+    ostep (likewise), K (rows). One sequence with at most 8 registers keeps a second set
+    of sums for odd j, so that enough multiply-adds are in flight.
     """
+    halves = 2 if nseq == 1 and vectors <= 8 else 1
+
     @intrinsic
-    def axpy_block(typingctx, like, r, ldr, x, incx, out, K):
-        sig = types.void(like, types.intp, types.intp, types.intp, types.intp, types.intp,
-                         types.intp)
+    def axpy_block(typingctx, like, r, ldr, x, xstep, incx, out, ostep, K):
+        sig = types.void(like, *([types.intp] * 8))
         double = like.dtype == types.float64
         scalar = ir.DoubleType() if double else ir.FloatType()
         size = 8 if double else 4
@@ -38,10 +44,9 @@ def _axpy_block(vectors):
         suffix = f"v{lanes}{'f64' if double else 'f32'}"
 
         def codegen(context, builder, signature, args):
-            _, r, ldr, x, incx, out, K = args
+            _, r, ldr, x, xstep, incx, out, ostep, K = args
             word = r.type
-            one = ir.Constant(word, 1)
-            two = ir.Constant(word, 2)
+            one, two = ir.Constant(word, 1), ir.Constant(word, 2)
             fmuladd = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(vec, [vec, vec, vec]), f"llvm.fmuladd.{suffix}")
             scalar_ptr, vec_ptr = scalar.as_pointer(), vec.as_pointer()
@@ -49,37 +54,48 @@ def _axpy_block(vectors):
             def vector_at(base, v):
                 return builder.bitcast(builder.gep(base, [ir.Constant(word, v * lanes)]), vec_ptr)
 
-            out_ptr = builder.inttoptr(out, scalar_ptr)
+            def sequence(base, step, s):
+                return builder.gep(builder.inttoptr(base, scalar_ptr),
+                                   [builder.mul(step, ir.Constant(word, s))])
+
+            outs = [sequence(out, ostep, s) for s in range(nseq)]
+            xs = [sequence(x, xstep, s) for s in range(nseq)]
             r_ptr = builder.inttoptr(r, scalar_ptr)
-            x_ptr = builder.inttoptr(x, scalar_ptr)
-            acc = [[cgutils.alloca_once(builder, vec) for _ in range(vectors)] for _ in range(2)]
-            for v in range(vectors):
-                builder.store(builder.load(vector_at(out_ptr, v), align=size), acc[0][v])
-                builder.store(ir.Constant(vec, [0.0] * lanes), acc[1][v])
+            acc = [[[cgutils.alloca_once(builder, vec) for _ in range(vectors)]
+                    for _ in range(halves)] for _ in range(nseq)]
+            for s in range(nseq):
+                for v in range(vectors):
+                    builder.store(builder.load(vector_at(outs[s], v), align=size), acc[s][0][v])
+                    if halves == 2:
+                        builder.store(ir.Constant(vec, [0.0] * lanes), acc[s][1][v])
             undef = ir.Constant(vec, ir.Undefined)
             splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
 
             def add_row(j, half):
-                xj = builder.load(builder.gep(x_ptr, [builder.mul(j, incx)]))
-                xv = builder.shuffle_vector(
-                    builder.insert_element(undef, xj, ir.Constant(ir.IntType(32), 0)),
-                    undef, splat)
                 row = builder.gep(r_ptr, [builder.mul(j, ldr)])
-                for v in range(vectors):
-                    w = builder.load(vector_at(row, v), align=size)
-                    a = acc[half][v]
-                    builder.store(builder.call(fmuladd, [w, xv, builder.load(a)]), a)
+                w = [builder.load(vector_at(row, v), align=size) for v in range(vectors)]
+                for s in range(nseq):
+                    xj = builder.load(builder.gep(xs[s], [builder.mul(j, incx)]))
+                    xv = builder.shuffle_vector(
+                        builder.insert_element(undef, xj, ir.Constant(ir.IntType(32), 0)),
+                        undef, splat)
+                    for v in range(vectors):
+                        a = acc[s][half][v]
+                        builder.store(builder.call(fmuladd, [w[v], xv, builder.load(a)]), a)
 
             with cgutils.for_range(builder, builder.sdiv(K, two)) as loop:
                 j = builder.mul(loop.index, two)
                 add_row(j, 0)
-                add_row(builder.add(j, one), 1 if vectors <= 8 else 0)
+                add_row(builder.add(j, one), halves - 1)
             with builder.if_then(builder.icmp_signed("!=", builder.srem(K, two),
                                                      ir.Constant(word, 0))):
                 add_row(builder.sub(K, one), 0)
-            for v in range(vectors):
-                total = builder.fadd(builder.load(acc[0][v]), builder.load(acc[1][v]))
-                builder.store(total, vector_at(out_ptr, v), align=size)
+            for s in range(nseq):
+                for v in range(vectors):
+                    total = builder.load(acc[s][0][v])
+                    if halves == 2:
+                        total = builder.fadd(total, builder.load(acc[s][1][v]))
+                    builder.store(total, vector_at(outs[s], v), align=size)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -87,31 +103,48 @@ def _axpy_block(vectors):
     return axpy_block
 
 
-_by1, _by2, _by4, _by8, _by16 = (_axpy_block(n) for n in (1, 2, 4, 8, 16))
+# (registers, sequences): every block of at most 16 accumulator registers
+_a16_1, _a8_1, _a4_1, _a2_1, _a1_1 = (_axpy_block(v, 1) for v in (16, 8, 4, 2, 1))
+_a8_2, _a4_2, _a2_2, _a1_2 = (_axpy_block(v, 2) for v in (8, 4, 2, 1))
+_a4_4, _a2_4, _a1_4 = (_axpy_block(v, 4) for v in (4, 2, 1))
 
 
 @jit(inline="always")
-def axpy_block(vectors, like, r, ldr, x, incx, out, K):
-    """out[:w] += sum_j x[j incx] R[j ldr, :w], w = ``vectors`` registers (16, 8, 4, 2 or 1)
-    of like's dtype; addresses and strides as for `_axpy_block`."""
-    if vectors == 16:
-        _by16(like, r, ldr, x, incx, out, K)
+def axpy_block(vectors, nseq, like, r, ldr, x, xstep, incx, out, ostep, K):
+    """`_axpy_block` for ``nseq`` in (1, 2, 4) sequences and ``vectors`` in
+    (16 / nseq, ..., 2, 1) registers of like's dtype."""
+    if nseq == 4:
+        if vectors == 4:
+            _a4_4(like, r, ldr, x, xstep, incx, out, ostep, K)
+        elif vectors == 2:
+            _a2_4(like, r, ldr, x, xstep, incx, out, ostep, K)
+        else:
+            _a1_4(like, r, ldr, x, xstep, incx, out, ostep, K)
+    elif nseq == 2:
+        if vectors == 8:
+            _a8_2(like, r, ldr, x, xstep, incx, out, ostep, K)
+        elif vectors == 4:
+            _a4_2(like, r, ldr, x, xstep, incx, out, ostep, K)
+        elif vectors == 2:
+            _a2_2(like, r, ldr, x, xstep, incx, out, ostep, K)
+        else:
+            _a1_2(like, r, ldr, x, xstep, incx, out, ostep, K)
+    elif vectors == 16:
+        _a16_1(like, r, ldr, x, xstep, incx, out, ostep, K)
     elif vectors == 8:
-        _by8(like, r, ldr, x, incx, out, K)
+        _a8_1(like, r, ldr, x, xstep, incx, out, ostep, K)
     elif vectors == 4:
-        _by4(like, r, ldr, x, incx, out, K)
+        _a4_1(like, r, ldr, x, xstep, incx, out, ostep, K)
     elif vectors == 2:
-        _by2(like, r, ldr, x, incx, out, K)
+        _a2_1(like, r, ldr, x, xstep, incx, out, ostep, K)
     else:
-        _by1(like, r, ldr, x, incx, out, K)
+        _a1_1(like, r, ldr, x, xstep, incx, out, ostep, K)
 
 
 @jit(inline="always")
 def lanes(a):
     """Entries of a's dtype per vector register."""
     return VECTOR_BYTES // a.itemsize
-
-
 
 
 @intrinsic
