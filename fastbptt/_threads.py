@@ -23,6 +23,7 @@ DEFAULT_THREADS = 1
 MAX_THREADS = os.cpu_count() or 1
 _ENV_SETTINGS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
 _configured = []
+_in_use = [None]        # the count this module set or found; None: not yet known
 
 
 def _scipy_blas():
@@ -49,6 +50,7 @@ def set_num_threads(n):
     if not 1 <= n <= MAX_THREADS:
         raise ValueError(f"n must lie in [1, {MAX_THREADS}] (the CPU count); got {n}")
     _configured.append(n)
+    _in_use[0] = n
     lib = _scipy_blas()
     if lib is not None:
         lib.set_num_threads(n)
@@ -61,9 +63,19 @@ def ensure_default_threads():
         return
     _configured.append(None)
     if not any(name in os.environ for name in _ENV_SETTINGS):
+        _in_use[0] = DEFAULT_THREADS
         lib = _scipy_blas()
         if lib is not None:
             lib.set_num_threads(DEFAULT_THREADS)
+    else:
+        _in_use[0] = get_num_threads()
+
+
+def threads_in_use():
+    """The thread count of the kernels' matrix products as this module last set or read
+    it: a cheap read for choosing a kernel path (`get_num_threads` asks the library)."""
+    ensure_default_threads()
+    return _in_use[0]
 
 
 def get_num_threads():

@@ -7,11 +7,11 @@ from ._accept import accept
 from ._inputs import prepare
 from ._kernels.backward import backward
 from ._kernels.forward import forward as _forward_kernel
-from ._kernels.matvec import pad_weights, padded
+from ._kernels.matvec import pad_weights, padded, passes
 from ._kernels.narrow import NARROW, backward_narrow, forward_narrow, to_feature_major
 from ._kernels.output import output_errors
 from ._results import BPTTResult, ForwardResult, pack_grads
-from ._threads import ensure_default_threads
+from ._threads import ensure_default_threads, threads_in_use
 from ._workspace import workspace
 from .params import Params
 
@@ -73,9 +73,25 @@ def _padded_weights(problem):
     return WTp, Wp
 
 
+# Most bytes of W the narrow kernels may stream per step, one pass over W per group of
+# up to four sequences (`matvec.passes`), when BLAS runs on one thread. Measured here,
+# the narrow kernels beat a BLAS product per step below this (H = 512 float32: 2x at
+# B = 8, 1.2x at B = 32) and lose above it (H = 1024 float32, B = 16: 0.95x; B = 32: 0.8x).
+# With BLAS on two threads they lost from H = 256, B = 32 (0.93x), so they are then
+# kept to batches of fewer than NARROW sequences.
+NARROW_BYTES = 8 << 20
+
+
 def _narrow(problem):
-    """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`)."""
-    return problem.B < NARROW
+    """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`): below
+    NARROW sequences always; for more, on one BLAS thread, when their passes over W
+    stay within NARROW_BYTES per step. The choice does not depend on the truncation, so
+    that `forward` computes the very states `bptt` does."""
+    B = problem.B
+    if B < NARROW:
+        return True
+    return (threads_in_use() == 1
+            and passes.py_func(B) * problem.params.W.nbytes <= NARROW_BYTES)
 
 
 def _states(problem, x_ids, x_dense, ids, WTp):

@@ -111,3 +111,18 @@ def assert_agree(got, want, dtype):
         g, w = getattr(got, name), getattr(want, name)
         assert g.dtype == dtype and g.shape == w.shape, name
         assert relative_error(g, w) <= tol, (name, relative_error(g, w))
+
+
+@pytest.fixture(params=["narrow", "blas"])
+def kernel_path(request, monkeypatch):
+    """Run the test on each kernel path, whatever its batch sizes: "narrow" (time-major
+    states, vector code, `fastbptt._kernels.narrow`) or "blas" (feature-major states,
+    a BLAS product per step). Which one a call takes otherwise depends on B and W's size
+    (`fastbptt.api._narrow`)."""
+    from fastbptt import api
+    if request.param == "narrow":
+        monkeypatch.setattr(api, "NARROW", 10**9)
+    else:
+        monkeypatch.setattr(api, "NARROW", 0)
+        monkeypatch.setattr(api, "NARROW_BYTES", -1)
+    return request.param

@@ -69,7 +69,7 @@ def onehot(ids, n, dtype=np.float64):
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("kind", ["ids", "dense"])
-def test_batch_is_sum_of_single_runs(kind, activation, loss, trunc):
+def test_batch_is_sum_of_single_runs(kernel_path, kind, activation, loss, trunc):
     params = make_params(1)
     x, y, h0 = make_batch(2, kind, kind)
     opts = dict(activation=activation, loss=loss, **trunc)

@@ -19,7 +19,7 @@ LAYOUTS = list(itertools.product([True, False], repeat=5))
 @pytest.mark.parametrize("truncation", TRUNCATIONS, ids=truncation_id)
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-def test_kernels_match_reference(rng, activation, loss, truncation):
+def test_kernels_match_reference(rng, kernel_path, activation, loss, truncation):
     truncate, stride = truncation
     cases = itertools.product([np.float64, np.float32], [1, 3], [0, 1, 2, 17])
     for n, (dtype, B, T) in enumerate(cases):
@@ -36,7 +36,7 @@ def test_kernels_match_reference(rng, activation, loss, truncation):
 @pytest.mark.parametrize("layout", LAYOUTS,
                          ids=lambda v: "-".join(str(int(f)) for f in v))
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_every_layout_matches_reference(rng, dtype, layout):
+def test_every_layout_matches_reference(rng, kernel_path, dtype, layout):
     bias, x_ids, y_ids, with_h0, with_lengths = layout
     for truncation in [(None, 1), (3, 1), (4, 4), (5, 2)]:
         for batch in (True, False):
@@ -49,7 +49,7 @@ def test_every_layout_matches_reference(rng, dtype, layout):
 
 
 @pytest.mark.parametrize("truncate,stride", [(k, s) for k in (1, 2, 5, 9) for s in range(1, k + 1)])
-def test_every_stride_matches_reference(rng, truncate, stride):
+def test_every_stride_matches_reference(rng, kernel_path, truncate, stride):
     x, y, params, options = make_problem(rng, B=3, T=23, H=9, C=5, with_h0=True,
                                          with_lengths=True)
     options.update(truncate=truncate, stride=stride)

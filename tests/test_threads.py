@@ -77,3 +77,26 @@ def test_set_num_threads_round_trips_and_validates():
         fastbptt.set_num_threads(0)
     with pytest.raises(TypeError, match="n must be an int"):
         fastbptt.set_num_threads(1.5)
+
+
+@pytest.mark.parametrize("B,H,threads,narrow", [
+    (1, 1024, 2, True),        # a few sequences: always the narrow kernels
+    (3, 128, 2, True),
+    (32, 128, 1, True),        # 8 passes over a 64 KB W per step
+    (32, 512, 1, True),        # 8 MB per step: the limit
+    (64, 512, 1, False),
+    (16, 1024, 1, False),
+    (32, 128, 2, False),       # BLAS on two threads takes every batch of 4 or more
+])
+def test_kernel_path_follows_batch_size_W_size_and_threads(B, H, threads, narrow):
+    from fastbptt import api
+    from fastbptt._inputs import prepare
+
+    params = fastbptt.Params(np.zeros((H, 3), np.float32), np.zeros((H, H), np.float32),
+                             np.zeros((2, H), np.float32))
+    problem = prepare(np.zeros((B, 5), np.int64), np.zeros((B, 5), np.int64), params)
+    fastbptt.set_num_threads(threads)
+    try:
+        assert api._narrow(problem) is narrow
+    finally:
+        fastbptt.set_num_threads(1)
