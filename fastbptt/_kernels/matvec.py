@@ -44,42 +44,43 @@ def passes(nseq):
 
 
 @jit(inline="always")
+def _piece(k, full, rest, most):
+    """(first register, registers) of block k of a pass: ``full`` blocks of ``most``
+    registers, then one of each power of two set in ``rest``, largest first."""
+    if k < full:
+        return k * most, most
+    first, k = full * most, k - full
+    take = most // 2
+    while take >= 1:
+        if rest & take:
+            if k == 0:
+                return first, take
+            k -= 1
+            first += take
+        take //= 2
+    return first, 0             # (k past the last block: not reached)
+
+
+@jit(inline="always")
 def _one_pass(R, x, xstep, out, ostep, nseq, reverse):
     """out_s += R^T x_s for ``nseq`` (1, 2 or 4) sequences whose x and out start at the
     addresses x and out, xstep and ostep elements apart: blocks of up to 16 / nseq
-    registers, walking R's rows from the last one up when ``reverse``."""
+    registers, walking R's rows from the last one up when ``reverse``. (One call site
+    for every block: each inlines a tree of register-block loops, and compile time
+    grows with their count.)"""
     K, N = R.shape
     size, w = R.itemsize, lanes(R)
     most = BLOCK // nseq
     full, rest = divmod(N // w, most)     # blocks of `most` registers, then halves of it
-    base = R.ctypes.data
-    if not reverse:
-        i0 = 0
-        for _ in range(full):
-            axpy_block(most, nseq, R, base + i0 * size, N, x, xstep, 1, out + i0 * size,
-                       ostep, K)
-            i0 += most * w
-        take = most // 2
-        while take >= 1:
-            if rest & take:
-                axpy_block(take, nseq, R, base + i0 * size, N, x, xstep, 1, out + i0 * size,
-                           ostep, K)
-                i0 += take * w
-            take //= 2
-        return
-    last, end = base + (K - 1) * N * size, N       # walk up from the last row
-    x_last = x + (K - 1) * size
-    take = 1
-    while take < most:
-        if rest & take:
-            end -= take * w
-            axpy_block(take, nseq, R, last + end * size, -N, x_last, xstep, -1,
-                       out + end * size, ostep, K)
-        take *= 2
-    for _ in range(full):
-        end -= most * w
-        axpy_block(most, nseq, R, last + end * size, -N, x_last, xstep, -1,
-                   out + end * size, ostep, K)
+    blocks = full + (rest & 8 > 0) + (rest & 4 > 0) + (rest & 2 > 0) + (rest & 1 > 0)
+    step = -N if reverse else N
+    first_row = R.ctypes.data + ((K - 1) * N * size if reverse else 0)
+    x0 = x + ((K - 1) * size if reverse else 0)
+    for k in range(blocks):
+        first, vectors = _piece(blocks - 1 - k if reverse else k, full, rest, most)
+        i0 = first * w * size
+        axpy_block(vectors, nseq, R, first_row + i0, step, x0, xstep, -1 if reverse else 1,
+                   out + i0, ostep, K)
 
 
 @jit
