@@ -66,8 +66,8 @@ def backward(hs, err, x_ids, x_dense, ids, WTp, V, act, chunk, truncate, stride,
     k for chunks); chunk = 0 runs lag-major with truncate = k, stride = s.
     delta (H, T B) receives dL/da and fp (H, T B) f'(a); work (2, H, T B) is scratch
     for lag-major (any shape otherwise). WTp (H, N) is W^T, zero-padded to N >= H
-    columns (`matvec.padded`); only its first H are read. Sweeps of
-    a few sequences run faster in `narrow.backward_narrow`.
+    columns (`matvec.padded`); only its first H are read. Batches that
+    `fastbptt.api._narrow` picks sweep in `narrow.backward_narrow` instead.
     Writes dU (H, L), dW (H, H), dV (C, H), db (H,), dc (C,) and dh0 (H, B) =
     W^T delta_0 (pass (H, 0) when not needed).
     Padding steps have zero error, so their delta is zero and they add nothing.

@@ -2,7 +2,7 @@
 
 ``np.dot`` in Numba takes only contiguous arrays. The kernels keep their arrays
 feature-major, (H, T, B), so that one step is an H x B block and all steps together an
-H x (T B) matrix, or for a few sequences time-major, (T, B, N) with N >= H padding; all
+H x (T B) matrix, or for narrow batches time-major, (T, B, N) with N >= H padding; all
 are views whose rows are strided. `gemm` takes such views (unit stride within a row, any
 stride between rows, either one transposed) and calls sgemm/dgemm directly.
 """

@@ -1,6 +1,7 @@
 """The forward recurrence h_t = f(U x_t + W h_{t-1} + b), batched, feature-major.
 
-Batches of fewer than `narrow.NARROW` sequences run `narrow.forward_narrow` instead.
+Batches that `fastbptt.api._narrow` picks (a few sequences, or a small W) run
+`narrow.forward_narrow` instead.
 """
 from ._jit import jit
 from .activations import activate_columns
@@ -13,8 +14,7 @@ def forward(x_ids, x_dense, ids, U, W, bias, act, lengths, hs, buf):
 
     x_ids (T B,) int64 ids in [0, L), time-major (index t B + b), or x_dense (L, T B);
     ``ids`` says which is used. U (H, L), W (H, H), bias (H,) (zeros for no bias).
-    States at t >= lengths[b] are set to zero. buf (H B,) is scratch. Batches of a
-    few sequences run faster in `narrow.forward_narrow`.
+    States at t >= lengths[b] are set to zero. buf (H B,) is scratch.
     Only the H x H product is sequential: the input projection is one gather or one
     matrix product over all steps, written into the state columns before the time loop,
     and each step adds W h_{t-1} to them in place.

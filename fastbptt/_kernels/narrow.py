@@ -1,11 +1,12 @@
-"""Batches of a few sequences: time-major states, register-blocked steps (SPEC.md §5).
+"""Narrow batches: time-major states, register-blocked steps (SPEC.md §5).
 
-With B < NARROW an H x B block is too small for a BLAS call per step to pay, so the
-steps run on `rows_axpy`, all sequences in lockstep, which wants each sequence's state
-as one contiguous row. States are therefore kept time-major throughout, seqs (T+1, B, N):
+For batches of fewer than NARROW sequences, an H x B block is too small for a BLAS call
+per step to pay; for more, with a small W on one BLAS thread, groups of sequences
+sharing each load of W still beat it (`fastbptt.api._narrow` decides). The steps run
+on `rows_axpy`, all sequences in lockstep, which wants each sequence's state as one
+contiguous row. States are therefore kept time-major throughout, seqs (T+1, B, N):
 row (t, b) is h_t of sequence b (h0 at t = 0), zero-padded from H to N columns
-(`matvec.padded`).
-Seen as a (T+1) B x N matrix, its rows are the steps in the order t B + b that the
+(`matvec.padded`). Seen as a (T+1) B x N matrix, its rows are the steps in the order t B + b that the
 output layer's columns use, so the products over all steps are single matrix products
 with transposed operands, and nothing is transposed in memory.
 
@@ -17,7 +18,7 @@ from .activations import activate_vector, derivative
 from .blas import gemm, row_sums, scratch, transpose_into
 from .matvec import passes, rows_axpy, rows_of_W
 
-NARROW = 4      # fewer sequences than this run here
+NARROW = 4      # fewer sequences than this always run here
 
 
 @jit
