@@ -6,9 +6,9 @@ sharing each load of W still beat it (`fastbptt.api._narrow` decides). The steps
 on `rows_axpy`, all sequences in lockstep, which wants each sequence's state as one
 contiguous row. States are therefore kept time-major throughout, seqs (T+1, B, N):
 row (t, b) is h_t of sequence b (h0 at t = 0), zero-padded from H to N columns
-(`matvec.padded`). Seen as a (T+1) B x N matrix, its rows are the steps in the order t B + b that the
-output layer's columns use, so the products over all steps are single matrix products
-with transposed operands, and nothing is transposed in memory.
+(`matvec.padded`). Seen as a (T+1) B x N matrix, its rows are the steps in the order
+t B + b that the output layer's columns use, so the products over all steps are single
+matrix products with transposed operands, and nothing is transposed in memory.
 
 Only the sweeps (full BPTT and chunks) run here; per-output windows take the
 lag-major path of `backward` on a feature-major copy.
