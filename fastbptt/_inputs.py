@@ -47,6 +47,7 @@ class Problem:
     T: int                           # steps
     sizes: tuple                     # (L, H, C) of the params
     dtype: np.dtype                  # the params' dtype, the compute dtype
+    narrow: Optional[bool] = None    # the kernel path, once `api._narrow` has chosen it
 
     def padding_mask(self):
         """(B, T) bool: True at real steps."""

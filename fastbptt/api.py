@@ -86,12 +86,14 @@ def _narrow(problem):
     """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`): below
     NARROW sequences always; for more, on one BLAS thread, when their passes over W
     stay within NARROW_BYTES per step. The choice does not depend on the truncation, so
-    that `forward` computes the very states `bptt` does."""
-    B = problem.B
-    if B < NARROW:
-        return True
-    return (threads_in_use() == 1
+    that `forward` computes the very states `bptt` does. Chosen once per call (kept on
+    the problem), so a thread count changed meanwhile cannot split a call across paths."""
+    if problem.narrow is None:
+        B = problem.B
+        problem.narrow = B < NARROW or (
+            threads_in_use() == 1
             and passes.py_func(B) * problem.params.W.nbytes <= NARROW_BYTES)
+    return problem.narrow
 
 
 def _states(problem, x_ids, x_dense, ids, WTp):
