@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._inputs import ACTIVATIONS, FLOAT_DTYPES, LOSSES, Problem, _full_bptt, _lengths
+from ._inputs import (ACTIVATIONS, FLOAT_DTYPES, LOSSES, Problem, _INT64, _full_bptt,
+                      _lengths, _scannable)
 from ._kernels.checks import all_finite, id_range
 from .params import read_structure
 
-_INT64 = np.dtype(np.int64)
-
-
-def _plain(arr, dtype):
-    """Whether arr is an ndarray of ``dtype`` that the kernels can read in place."""
-    if type(arr) is not np.ndarray or arr.dtype != dtype:
-        return False
-    flags = arr.flags
-    return flags.c_contiguous and flags.writeable
+def _plain(arr, dtypes):
+    """Whether arr is an ndarray (no subclass) of one of ``dtypes`` that the kernels can
+    read in place."""
+    return type(arr) is np.ndarray and _scannable(arr, dtypes)
 
 
 def _ids_within(arr, low, high):
@@ -57,7 +53,7 @@ def accept(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="so
     if dtype not in FLOAT_DTYPES:
         return None
     arrays = [a for a in p if a is not None]
-    if not all(_plain(a, dtype) for a in arrays) or U.ndim != 2 or V.ndim != 2:
+    if not all(_plain(a, (dtype,)) for a in arrays) or U.ndim != 2 or V.ndim != 2:
         return None
     H, L = U.shape
     C = V.shape[0]
@@ -71,7 +67,7 @@ def accept(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="so
     B, T = (1, x.shape[0]) if single else x.shape
     if need_y and (not _plain(y, _INT64) or y.shape != x.shape):
         return None
-    if h0 is not None and (not _plain(h0, dtype) or h0.shape != ((H,) if single else (B, H))):
+    if h0 is not None and (not _plain(h0, (dtype,)) or h0.shape != ((H,) if single else (B, H))):
         return None
     if check_finite and not all(all_finite(a.reshape(-1)) for a in arrays):
         return None
