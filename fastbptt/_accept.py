@@ -15,7 +15,7 @@ import numpy as np
 from ._inputs import (ACTIVATIONS, FLOAT_DTYPES, LOSSES, Problem, _INT64, _full_bptt,
                       _lengths, _scannable)
 from ._kernels.checks import all_finite, id_range
-from .params import read_structure
+from .params import Layer, Model, Params, read_structure
 
 def _plain(arr, dtypes):
     """Whether arr is an ndarray (no subclass) of one of ``dtypes`` that the kernels can
@@ -29,11 +29,13 @@ def _ids_within(arr, low, high):
 
 
 def accept(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="softmax_ce",
-           h0=None, lengths=None, check_finite=True, need_y=True):
+           h0=None, lengths=None, check_finite=True, need_y=True, cell=None, c0=None):
     """`prepare`'s `Problem` for a common, valid call; None for anything else."""
     act = ACTIVATIONS.get(activation) if type(activation) is str else None
     loss_code = LOSSES.get(loss) if type(loss) is str else None
     if act is None or loss_code is None or lengths is not None or type(stride) is not int:
+        return None
+    if (cell is not None and cell != "elman") or c0 is not None:
         return None
     if check_finite is not True and check_finite is not False:
         return None
@@ -80,7 +82,9 @@ def accept(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="so
     return Problem(single=single, x=x.reshape(B, T), ids=True,
                    y=y.reshape(B, T) if need_y else None, y_ids=need_y,
                    lengths=_lengths(None, B, T, single, x.shape),
-                   h0=np.zeros((B, H), dtype) if h0 is None else h0.reshape(B, H).copy(),
-                   h0_given=h0 is not None, params=p, rebuild=rebuild,
+                   h0=np.zeros((1, B, H), dtype) if h0 is None else h0.reshape(1, B, H).copy(),
+                   h0_given=h0 is not None, model=Model(((Layer(U, W, b),),), V, c),
+                   rebuild=lambda g: rebuild(Params(g.layers[0][0].U, g.layers[0][0].W, g.V,
+                                                    g.layers[0][0].b, g.c)),
                    activation=act, loss=loss_code, truncate=truncate, stride=stride,
                    B=B, T=T, sizes=(L, H, C), dtype=dtype)

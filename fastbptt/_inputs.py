@@ -18,7 +18,8 @@ from typing import Callable, Optional
 import numpy as np
 
 from ._kernels.checks import all_finite, id_range
-from .params import Params, read_structure
+from .params import Model, Params
+from ._params_check import check_layers, check_model
 
 ACTIVATIONS = {"tanh": 0, "sigmoid": 1, "relu": 2, "identity": 3}
 LOSSES = {"softmax_ce": 0, "mse": 1}
@@ -35,23 +36,42 @@ class Problem:
     y: Optional[np.ndarray]          # ids (B, T) int64, -1 = no loss, or (B, T, C); read-only
     y_ids: bool
     lengths: np.ndarray              # (B,) int64, 0 <= lengths <= T
-    h0: np.ndarray                   # (B, H), zeros when not given
+    h0: np.ndarray                   # (layers x directions, B, H), zeros when not given
     h0_given: bool                   # dL/dh0 is reported only for an h0 that was passed
-    params: Params                   # contiguous arrays of the compute dtype; b, c may be None
-    rebuild: Callable                # Params of gradients -> the caller's structure
+    model: Model                     # contiguous arrays of the compute dtype; biases may be None
+    rebuild: Callable                # Model of gradients -> the caller's structure
     activation: int
     loss: int
     truncate: Optional[int]          # None = full BPTT
     stride: int
     B: int                           # sequences
     T: int                           # steps
-    sizes: tuple                     # (L, H, C) of the params
+    sizes: tuple                     # (L, H, C) of the params; C = 0 without a head
     dtype: np.dtype                  # the params' dtype, the compute dtype
+    stacked: bool = False            # params were a stack: states are (layers x dirs, B, H)
+    cell: str = "elman"
+    c0: Optional[np.ndarray] = None  # LSTM: like h0
+    c0_given: bool = False
+    reverse: bool = False            # layer calls: run the layer from each sequence's end
     narrow: Optional[bool] = None    # the kernel path, once `api._narrow` has chosen it
 
     def padding_mask(self):
         """(B, T) bool: True at real steps."""
         return np.arange(self.T)[None, :] < self.lengths[:, None]
+
+    @property
+    def params(self):
+        """The `Params` of one Elman layer with its head."""
+        layer = self.model.layers[0][0]
+        return Params(layer.U, layer.W, self.model.V, layer.b, self.model.c)
+
+    @property
+    def num_layers(self):
+        return len(self.model.layers)
+
+    @property
+    def directions(self):
+        return len(self.model.layers[0])
 
 
 def _name_list(options):
@@ -180,51 +200,7 @@ def _check_ids(name, arr, low, high, mask, what, shape=None):
                          f"index {theirs} (values from {real.min()} to {real.max()})")
 
 
-def _params(params, check_finite=True):
-    raw, rebuild = read_structure(params)
-    arrays = {}
-    for name, value in zip(Params._fields, raw):
-        if value is None:
-            if name in ("U", "W", "V"):
-                raise ValueError(f"params {name} is None; U, W and V are required")
-            continue
-        arr = _array(f"params {name}", value, "floats (float32 or float64)")
-        if arr.dtype.kind != "f":
-            raise TypeError(f"params {name} must be float32 or float64; got {arr.dtype} "
-                            f"(cast with .astype(np.float32))")
-        arrays[name] = arr
-    dtypes = {a.dtype for a in arrays.values()}
-    if len(dtypes) > 1:
-        listing = ", ".join(f"{k} {a.dtype}" for k, a in arrays.items())
-        raise TypeError(f"params must share one dtype, float32 or float64; got {listing}")
-    dtype = dtypes.pop()
-    if dtype not in FLOAT_DTYPES:
-        raise TypeError(f"params must be float32 or float64; got {dtype} "
-                        f"(cast with .astype(np.float32))")
-    U, W, V = arrays["U"], arrays["W"], arrays["V"]
-    if U.ndim != 2:
-        raise ValueError(f"params U must be 2-D (hidden_size, input_size); got shape {U.shape}")
-    H, L = U.shape
-    if W.shape != (H, H):
-        raise ValueError(f"params W must be ({H}, {H}) to match U {U.shape}; got {W.shape}")
-    if V.ndim != 2 or V.shape[1] != H:
-        raise ValueError(f"params V must be (output_size, {H}) to match U {U.shape}; "
-                         f"got {V.shape}")
-    C = V.shape[0]
-    if H == 0 or L == 0 or C == 0:
-        raise ValueError(f"params sizes must be positive; got U {U.shape}, V {V.shape}")
-    for name, size in (("b", H), ("c", C)):
-        if name in arrays and arrays[name].shape != (size,):
-            raise ValueError(f"params {name} must have shape ({size},) to match U {U.shape} "
-                             f"and V {V.shape}; got {arrays[name].shape}")
-    for name, arr in arrays.items():
-        _check_finite(f"params {name}", arr, check_finite)
-    clean = Params(*(_for_kernels(arrays[k]) if k in arrays else None
-                     for k in ("U", "W", "V", "b", "c")))
-    return clean, rebuild
-
-
-def _x(x, U):
+def _x(x, U, U_name="params U"):
     arr = _array("x", x, "integer token ids or float inputs")
     if arr.dtype.kind in "iu":
         if arr.ndim not in (1, 2):
@@ -239,7 +215,7 @@ def _x(x, U):
     if arr.shape[-1] != U.shape[1]:
         hint = ("; a 2-D float x is one sequence (T, L): pass a batch of token ids as an "
                 "integer array" if arr.ndim == 2 else "")
-        raise ValueError(f"x of shape {arr.shape} has {arr.shape[-1]} features but params U "
+        raise ValueError(f"x of shape {arr.shape} has {arr.shape[-1]} features but {U_name} "
                          f"is {U.shape}, which expects {U.shape[1]}{hint}")
     return arr, False, arr.ndim == 2
 
@@ -323,15 +299,8 @@ def _full_bptt(truncate, stride, T):
     return truncate is None or stride >= T or truncate >= T - 1 + stride
 
 
-def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="softmax_ce",
-            h0=None, lengths=None, check_finite=True, need_y=True) -> Problem:
-    """Validate every argument and return a `Problem` of arrays the kernels can read.
-
-    Arrays are the caller's own where they already have the right dtype, layout and
-    are writable (treat them as read-only), private copies otherwise.
-    """
-    act = _option("activation", activation, ACTIVATIONS)
-    loss_code = _option("loss", loss, LOSSES)
+def _truncation(truncate, stride):
+    """(truncate, stride) checked: None or k >= 1, and 1 <= s <= k."""
     truncate = _int_option("truncate", truncate, allow_none=True)
     stride = _int_option("stride", stride)
     if truncate is not None and truncate < 1:
@@ -344,54 +313,144 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
     if truncate is not None and stride > truncate:
         raise ValueError(f"stride must not exceed truncate; got stride={stride}, "
                          f"truncate={truncate}")
+    return truncate, stride
 
-    if not isinstance(check_finite, (bool, np.bool_)):
-        raise TypeError(f"check_finite must be True or False; got {check_finite!r}")
-    p, rebuild = _params(params, check_finite)
-    L, H, C = p.sizes
-    dtype = p.U.dtype
-    xa, ids, single = _x(x, p.U)
+
+def _stack_truncation(checked, truncate, stride, reverse):
+    """Refuse what SPEC.md §8 leaves out: windows (s < k) on a stack, and any truncation
+    with a reverse direction (after calls that cut nothing became full BPTT)."""
+    if truncate is None:
+        return
+    layers, D = len(checked.model.layers), len(checked.model.layers[0])
+    if D == 2 or reverse:
+        what = "a bidirectional stack" if D == 2 else "reverse=True"
+        raise ValueError(f"truncate={truncate} is not supported with {what}: truncation "
+                         "counts steps back from each output in the forward direction only; "
+                         "pass truncate=None (full BPTT) for a reverse direction")
+    if layers > 1 and stride < truncate:
+        raise ValueError(f"truncate={truncate} with stride={stride} (a window per output) is not "
+                         f"supported on a stack of {layers} layers: an output's window would "
+                         "end at different steps in different layers; pass stride=truncate "
+                         "(chunks, which truncate every layer alike) or use one layer")
+
+
+def _state(name, value, checked, B, single, x_shape, check_finite):
+    """h0 or c0 as (layers x directions, B, H) of the compute dtype (zeros for None)."""
+    L, H, C = checked.sizes
+    S = len(checked.model.layers) * len(checked.model.layers[0])
+    dtype = checked.dtype
+    if value is None:
+        return np.zeros((S, B, H), dtype=dtype)
+    h = _array(name, value, "floats")
+    if checked.stacked:
+        want = (S, H) if single else (S, B, H)
+        why = (f"{S} = layers x directions, H={H} from params layers[0][0] W "
+               f"{checked.model.layers[0][0].W.shape}"
+               f"{'' if single else f', B={B} from x of shape {x_shape}'}")
+    else:
+        want = (H,) if single else (B, H)
+        why = (f"H={H} from params W {checked.model.layers[0][0].W.shape}"
+               f"{'' if single else f', B={B} from x of shape {x_shape}'}")
+    if h.shape != want:
+        raise ValueError(f"{name} must have shape {want} ({why}); got {h.shape}")
+    _check_finite(name, h, check_finite)
+    return np.array(h, dtype=dtype, order="C").reshape(S, B, H)
+
+
+def _check(checked, x, lengths, check_finite):
+    """x and lengths against the params: (xc, ids, single, B, T, lens, mask, x_shape)."""
+    L, H, C = checked.sizes
+    first = checked.model.layers[0][0]
+    U_name = "params layers[0][0] U" if checked.stacked else "params U"
+    xa, ids, single = _x(x, first.U, U_name)
     x_shape = xa.shape
     B = 1 if single else xa.shape[0]
     T = xa.shape[0] if single else xa.shape[1]
-    if _full_bptt(truncate, stride, T):
-        truncate, stride = None, 1
-
     lens = _lengths(lengths, B, T, single, x_shape)
     # None: every step is real. Otherwise padding is overwritten in private copies.
     mask = None if lengths is None else np.arange(T)[None, :] < lens[:, None]
     if ids:
         xa = xa.reshape(B, T)
-        _check_ids("x token ids", xa, 0, L, mask, lambda: f"L={L} from params U {p.U.shape}",
+        _check_ids("x token ids", xa, 0, L, mask, lambda: f"L={L} from {U_name} {first.U.shape}",
                    shape=x_shape)
         xc = (xa if mask is None else np.where(mask, xa, 0)).astype(np.int64, copy=False)
     else:
         xa = xa.reshape(B, T, L)
         _check_finite("x", xa, check_finite, mask, shape=x_shape)
-        xc = (xa if mask is None else np.where(mask[..., None], xa, 0)).astype(dtype, copy=False)
+        xc = (xa if mask is None else np.where(mask[..., None], xa, 0)).astype(checked.dtype,
+                                                                                copy=False)
+    return _for_kernels(xc), ids, single, B, T, lens, mask, x_shape
+
+
+def _problem(checked, x, y, *, truncate, stride, activation, loss, h0, c0, lengths,
+             check_finite, need_y, reverse=False):
+    if not isinstance(check_finite, (bool, np.bool_)):
+        raise TypeError(f"check_finite must be True or False; got {check_finite!r}")
+    act = ACTIVATIONS[activation]
+    if checked.cell != "elman" and activation != "tanh":
+        raise ValueError(f"activation={activation!r} applies to the Elman cell only; the "
+                         f"{checked.cell.upper()} cell has its own gates: leave activation "
+                         "at its default")
+    if c0 is not None and checked.cell != "lstm":
+        raise ValueError(f"c0 is the LSTM's cell state; the {checked.cell} cell has none "
+                         "(pass c0=None)")
+    L, H, C = checked.sizes
+    xc, ids, single, B, T, lens, mask, x_shape = _check(checked, x, lengths, check_finite)
+    if _full_bptt(truncate, stride, T):
+        truncate, stride = None, 1
+    _stack_truncation(checked, truncate, stride, reverse)
 
     yc, y_ids = None, False
     if need_y:
         if y is None:
             raise TypeError("y is required: integer class ids or float targets")
-        yc, y_ids = _y(y, B, T, C, single, loss_code, mask, check_finite, x_shape, p.V.shape)
+        yc, y_ids = _y(y, B, T, C, single, loss, mask, check_finite, x_shape,
+                       checked.model.V.shape)
         if not y_ids:
-            yc = yc.astype(dtype, copy=False)
+            yc = yc.astype(checked.dtype, copy=False)
         yc = _for_kernels(yc)
+    h0c = _state("h0", h0, checked, B, single, x_shape, check_finite)
+    c0c = (_state("c0", c0, checked, B, single, x_shape, check_finite)
+           if checked.cell == "lstm" else None)
+    return Problem(single=single, x=xc, ids=ids, y=yc, y_ids=y_ids, lengths=lens, h0=h0c,
+                   h0_given=h0 is not None, model=checked.model, rebuild=checked.rebuild,
+                   activation=act, loss=loss, truncate=truncate, stride=stride, B=B, T=T,
+                   sizes=checked.sizes, dtype=checked.dtype, stacked=checked.stacked,
+                   cell=checked.cell, c0=c0c, c0_given=c0 is not None, reverse=reverse)
 
-    if h0 is None:
-        h0c = np.zeros((B, H), dtype=dtype)
-    else:
-        h = _array("h0", h0, "floats")
-        want = (H,) if single else (B, H)
-        if h.shape != want:
-            raise ValueError(f"h0 must have shape {want} (H={H} from params W {p.W.shape}"
-                             f"{'' if single else f', B={B} from x of shape {x_shape}'}); "
-                             f"got {h.shape}")
-        _check_finite("h0", h, check_finite)
-        h0c = np.array(h, dtype=dtype, order="C").reshape(B, H)
 
-    return Problem(single=single, x=_for_kernels(xc), ids=ids, y=yc, y_ids=y_ids,
-                   lengths=lens, h0=h0c, h0_given=h0 is not None, params=p, rebuild=rebuild,
-                   activation=act, loss=loss_code, truncate=truncate, stride=stride,
-                   B=B, T=T, sizes=(L, H, C), dtype=dtype)
+def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="softmax_ce",
+            h0=None, lengths=None, check_finite=True, need_y=True, cell=None, c0=None) -> Problem:
+    """Validate every argument of a call with the head and return a `Problem` of arrays
+    the kernels can read.
+
+    Arrays are the caller's own where they already have the right dtype, layout and
+    are writable (treat them as read-only), private copies otherwise.
+    """
+    _option("activation", activation, ACTIVATIONS)
+    loss_code = _option("loss", loss, LOSSES)
+    truncate, stride = _truncation(truncate, stride)
+    if not isinstance(check_finite, (bool, np.bool_)):
+        raise TypeError(f"check_finite must be True or False; got {check_finite!r}")
+    checked = check_model(params, cell=cell, check_finite=check_finite)
+    return _problem(checked, x, y, truncate=truncate, stride=stride, activation=activation,
+                    loss=loss_code, h0=h0, c0=c0, lengths=lengths, check_finite=check_finite,
+                    need_y=need_y)
+
+
+def prepare_layer(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=None,
+                  reverse=False, truncate=None, stride=1, check_finite=True) -> Problem:
+    """`prepare` for `fastbptt.layer`: one layer or a stack, no head and no targets."""
+    _option("activation", activation, ACTIVATIONS)
+    truncate, stride = _truncation(truncate, stride)
+    if not isinstance(reverse, (bool, np.bool_)):
+        raise TypeError(f"reverse must be True or False; got {reverse!r}")
+    if not isinstance(check_finite, (bool, np.bool_)):
+        raise TypeError(f"check_finite must be True or False; got {check_finite!r}")
+    checked = check_layers(params, cell=cell, check_finite=check_finite)
+    if reverse and checked.stacked:
+        raise ValueError("reverse=True is for one layer; a stack's directions come from its "
+                         "params (layers[l] = (forward, reverse))")
+    return _problem(checked, x, None, truncate=truncate, stride=stride, activation=activation,
+                    loss=0, h0=h0, c0=c0, lengths=lengths, check_finite=check_finite,
+                    need_y=False, reverse=bool(reverse))

@@ -49,7 +49,25 @@ class Workspace(threading.local):
         self._views.clear()
 
 
+def aligned_empty(shape, dtype):
+    """A new uninitialised array whose data starts on an ALIGN-byte boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+class Fresh:
+    """`Workspace`'s interface for arrays that must outlive the call: each `get` is new."""
+
+    @staticmethod
+    def get(name, shape, dtype):
+        return aligned_empty(shape, dtype)
+
+
 workspace = Workspace()
+fresh = Fresh()
 
 
 def clear_workspace():

@@ -85,7 +85,7 @@ def check_grad(x, y, params, *, eps=None, impl=None, **options):
     analytic, _ = read_structure(result.grads)
     eps = DEFAULT_EPS if eps is None else eps
     wide = Params(*(None if v is None else v.astype(WIDE) for v in problem.params))
-    h0 = problem.h0.astype(WIDE)
+    h0 = problem.h0[0].astype(WIDE)
     frozen = _base_states(problem, wide, h0)
 
     def loss_at(p, h):

@@ -1,7 +1,17 @@
-"""The parameter containers: the package's own `Params`, plain dicts and tuples.
+"""The parameter containers: `Params` (one Elman layer and its head), `Layer` (one
+direction of one recurrent layer) and `Model` (a stack of layers, optionally with a head).
 
-`grad` returns gradients in the structure it was given, so this module knows how to
-read each structure into a `Params` and how to build the same structure back.
+`grad` returns gradients in the structure it was given, so this module knows how to read
+each structure and how to build the same structure back:
+
+- one Elman layer with its head: a `Params(U, W, V, b, c)`, a dict with keys U, W, V (and
+  optionally b, c), or a tuple/list (U, W, V) or (U, W, V, b, c) (`read_structure`);
+- a stack: a `Model(layers, V, c)` or a dict with keys ``layers``, ``V``, ``c``, where
+  ``layers[l][d]`` is direction d (0 forward, 1 reverse) of layer l, each a `Layer`, a dict
+  with keys U, W (b, bh) or a tuple (U, W[, b[, bh]]) (`read_model`);
+- one layer for `fastbptt.layer`: a `Layer`, such a dict or such a tuple (`read_layer`).
+
+`leaves` names every array of any of them, for optimizers, clipping and checkpoints.
 """
 from __future__ import annotations
 
@@ -9,11 +19,14 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-__all__ = ["Params", "init_params"]
+__all__ = ["Params", "Layer", "Model", "init_params", "CELLS"]
 
 REQUIRED = ("U", "W", "V")
 OPTIONAL = ("b", "c")
 NAMES = REQUIRED + OPTIONAL
+LAYER_NAMES = ("U", "W", "b", "bh")
+# cell name -> rows of W per hidden unit (W is (G H, H)): gates in PyTorch's order (SPEC.md §6)
+CELLS = {"elman": 1, "gru": 3, "lstm": 4}
 
 
 class Params(NamedTuple):
@@ -36,8 +49,67 @@ class Params(NamedTuple):
         return L, H, np.shape(self.V)[0]
 
 
-def init_params(input_size, hidden_size, output_size, *, bias=True, dtype=np.float32, seed=None):
-    """New parameters drawn like PyTorch's ``nn.RNN`` and ``nn.Linear``.
+class Layer(NamedTuple):
+    """One direction of one recurrent layer, in PyTorch's orientation (SPEC.md §6).
+
+    U (G H, in) is ``weight_ih``, W (G H, H) is ``weight_hh``, with G = 1 (Elman), 3 (GRU,
+    rows r, z, n) or 4 (LSTM, rows i, f, g, o). b (G H,) is the input-side bias; for Elman
+    and LSTM it is ``bias_ih + bias_hh`` (they act only through their sum). bh (3 H,) is
+    the GRU's hidden-side bias ``bias_hh``, kept apart because b_hn sits inside r * (...);
+    other cells have none. None means no bias.
+    """
+
+    U: np.ndarray
+    W: np.ndarray
+    b: Optional[np.ndarray] = None
+    bh: Optional[np.ndarray] = None
+
+    @property
+    def cell(self) -> str:
+        """'elman', 'gru' or 'lstm', read off W's shape."""
+        return cell_of(np.shape(self.W))
+
+
+class Model(NamedTuple):
+    """A stack of recurrent layers and, optionally, its output layer.
+
+    ``layers[l][d]`` is a `Layer`: direction d (0 forward, 1 reverse) of layer l; every
+    layer has the same number of directions. Layer 0 reads the inputs (L features or ids);
+    layer l > 0 reads the outputs of layer l - 1, H times the directions wide. V (C, H D)
+    and c (C,) are the output layer over the top layer's outputs (None in a model used
+    with `fastbptt.layer` alone).
+    """
+
+    layers: tuple
+    V: Optional[np.ndarray] = None
+    c: Optional[np.ndarray] = None
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def directions(self) -> int:
+        return len(self.layers[0])
+
+    @property
+    def cell(self) -> str:
+        return self.layers[0][0].cell
+
+
+def cell_of(W_shape):
+    """The cell a recurrent weight of this shape belongs to ('elman', 'gru', 'lstm')."""
+    rows, H = W_shape
+    for name, gates in CELLS.items():
+        if rows == gates * H:
+            return name
+    raise ValueError(f"params W must have 1, 3 or 4 times as many rows as columns (Elman, "
+                     f"GRU, LSTM); got {tuple(W_shape)}")
+
+
+def init_params(input_size, hidden_size, output_size, *, cell="elman", num_layers=1,
+                bidirectional=False, bias=True, dtype=np.float32, seed=None):
+    """New parameters drawn like PyTorch's ``nn.RNN``/``nn.GRU``/``nn.LSTM`` and ``nn.Linear``.
 
     Every entry is uniform in [-1/sqrt(H), 1/sqrt(H)] with H = hidden_size, so the
     recurrence starts neither saturated nor vanishing.
@@ -46,19 +118,37 @@ def init_params(input_size, hidden_size, output_size, *, bias=True, dtype=np.flo
     ----------
     input_size, hidden_size, output_size : int
         L (vocabulary or feature count), H, and C (classes or output features).
+    cell : {"elman", "gru", "lstm"}
+    num_layers : int
+        Layers in the stack; layer l > 0 reads the outputs of layer l - 1.
+    bidirectional : bool
+        Give every layer a reverse direction as well (SPEC.md §8).
     bias : bool
-        Include the biases b and c (default) or set them to None.
+        Include the biases (b, bh for GRU, and c) or set them to None.
     dtype : float32 or float64
         The compute dtype of every call that uses these parameters.
     seed : int, numpy.random.Generator or None
         Seed for reproducible weights.
+
+    Returns
+    -------
+    Params or Model
+        A `Params` (U, W, V, b, c) for one unidirectional Elman layer, drawn as before
+        stacks existed; otherwise a `Model` whose ``layers[l][d]`` are `Layer` objects,
+        drawn layer by layer, forward before reverse, U, W, b, bh each, then V and c.
     """
-    sizes = {"input_size": input_size, "hidden_size": hidden_size, "output_size": output_size}
+    sizes = {"input_size": input_size, "hidden_size": hidden_size, "output_size": output_size,
+             "num_layers": num_layers}
     for name, value in sizes.items():
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
             raise TypeError(f"{name} must be an int; got {type(value).__name__}")
         if value < 1:
             raise ValueError(f"{name} must be at least 1; got {value}")
+    if not isinstance(cell, str) or cell not in CELLS:
+        raise ValueError(f"unknown cell {cell!r}; valid cells are "
+                         f"{', '.join(map(repr, CELLS))}")
+    if not isinstance(bidirectional, (bool, np.bool_)):
+        raise TypeError(f"bidirectional must be True or False; got {bidirectional!r}")
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"dtype must be float32 or float64; got {dtype}")
@@ -69,10 +159,24 @@ def init_params(input_size, hidden_size, output_size, *, bias=True, dtype=np.flo
         return rng.uniform(-scale, scale, size=shape).astype(dtype)
 
     L, H, C = input_size, hidden_size, output_size
-    U, W, V = draw(H, L), draw(H, H), draw(C, H)
-    if not bias:
-        return Params(U, W, V)
-    return Params(U, W, V, draw(H), draw(C))
+    if cell == "elman" and num_layers == 1 and not bidirectional:
+        U, W, V = draw(H, L), draw(H, H), draw(C, H)
+        if not bias:
+            return Params(U, W, V)
+        return Params(U, W, V, draw(H), draw(C))
+    G, D = CELLS[cell], 2 if bidirectional else 1
+    layers = []
+    for l in range(num_layers):
+        width = L if l == 0 else H * D
+        directions = []
+        for _ in range(D):
+            U, W = draw(G * H, width), draw(G * H, H)
+            b = draw(G * H) if bias else None
+            bh = draw(G * H) if bias and cell == "gru" else None
+            directions.append(Layer(U, W, b, bh))
+        layers.append(tuple(directions))
+    V = draw(C, H * D)
+    return Model(tuple(layers), V, draw(C) if bias else None)
 
 
 def read_structure(params):
@@ -111,3 +215,133 @@ def read_structure(params):
         "params must be a fastbptt.Params, a dict with keys 'U', 'W', 'V' (and optionally "
         f"'b', 'c') or a tuple (U, W, V[, b, c]); got {type(params).__name__}"
     )
+
+
+def _layer_entry(value, where):
+    """(Layer of raw values, rebuild) for one direction of one layer: a `Layer`, a dict
+    with keys U, W (b, bh) or a tuple/list (U, W[, b[, bh]])."""
+    if isinstance(value, Layer):
+        return value, lambda g: g
+    if isinstance(value, dict):
+        missing = [k for k in ("U", "W") if k not in value]
+        extra = [k for k in value if k not in LAYER_NAMES]
+        if missing or extra:
+            problem = (f"is missing key(s) {', '.join(map(repr, missing))}" if missing
+                       else f"has unknown key(s) {', '.join(map(repr, extra))}")
+            raise ValueError(f"{where} {problem}; a layer dict needs 'U', 'W' and may have "
+                             f"'b', 'bh' (got keys {sorted(map(str, value))})")
+        keys = list(value)
+        return (Layer(*(value.get(k) for k in LAYER_NAMES)),
+                lambda g: {k: getattr(g, k) for k in keys})
+    if isinstance(value, (tuple, list)) and not isinstance(value, (Params, Model)):
+        kind = type(value) if type(value) in (tuple, list) else tuple
+        if 2 <= len(value) <= 4:
+            return Layer(*value), lambda g: kind(g[:len(value)])
+        raise ValueError(f"{where} as a sequence must be (U, W), (U, W, b) or (U, W, b, bh); "
+                         f"got {len(value)} items")
+    raise TypeError(f"{where} must be a fastbptt.Layer, a dict with keys 'U', 'W' (and "
+                    f"optionally 'b', 'bh') or a tuple (U, W[, b[, bh]]); got "
+                    f"{type(value).__name__}")
+
+
+def _is_stack(params):
+    return isinstance(params, Model) or (isinstance(params, dict) and "layers" in params)
+
+
+def _read_stack(params):
+    """(Model of raw values, rebuild) for a `Model` or a dict with keys layers, V, c."""
+    if isinstance(params, dict):
+        extra = [k for k in params if k not in ("layers", "V", "c")]
+        if extra:
+            raise ValueError(f"params has unknown key(s) {', '.join(map(repr, extra))}; a "
+                             "stack's dict has 'layers' and may have 'V', 'c'")
+        layers, V, c = params["layers"], params.get("V"), params.get("c")
+        keys = list(params)
+        outer = lambda g: {k: getattr(g, k) for k in keys}        # noqa: E731
+    else:
+        layers, V, c = params
+        outer = lambda g: g                                      # noqa: E731
+    if not isinstance(layers, (tuple, list)) or not layers:
+        raise ValueError("params layers must be a non-empty sequence of layers, each a "
+                         "sequence of one Layer per direction (forward, then reverse)")
+    read, kinds = [], []
+    for l, directions in enumerate(layers):
+        if isinstance(directions, (Layer, dict)) or not isinstance(directions, (tuple, list)):
+            raise TypeError(f"params layers[{l}] must be a sequence of one layer per direction "
+                            f"(forward, then reverse), e.g. (Layer(U, W),); got "
+                            f"{type(directions).__name__}")
+        if len(directions) not in (1, 2) or len(directions) != len(layers[0]):
+            raise ValueError(f"params layers[{l}] has {len(directions)} directions; every layer "
+                             f"needs the same number, 1 or 2 (layers[0] has {len(layers[0])})")
+        entries = [_layer_entry(d, f"params layers[{l}][{i}]") for i, d in enumerate(directions)]
+        read.append(tuple(e[0] for e in entries))
+        kinds.append((type(directions) if type(directions) in (tuple, list) else tuple,
+                      [e[1] for e in entries]))
+    outer_layers = type(layers) if type(layers) in (tuple, list) else tuple
+
+    def rebuild(g):
+        rebuilt = outer_layers(kind(f(d) for f, d in zip(fs, gl))
+                               for (kind, fs), gl in zip(kinds, g.layers))
+        return outer(Model(rebuilt, g.V, g.c))
+
+    return Model(tuple(read), V, c), rebuild
+
+
+def read_model(params):
+    """(Model of raw values, rebuild, stacked) for any params that `grad` accepts.
+
+    One Elman layer with its head (`read_structure`'s kinds) reads as a one-layer Model
+    whose gradients rebuild into the caller's structure; ``stacked`` is False for those,
+    True for a `Model` or a dict with ``layers``.
+    """
+    if _is_stack(params):
+        model, rebuild = _read_stack(params)
+        return model, rebuild, True
+    p, rebuild_params = read_structure(params)
+    model = Model(((Layer(p.U, p.W, p.b),),), p.V, p.c)
+
+    def rebuild(g):
+        layer = g.layers[0][0]
+        return rebuild_params(Params(layer.U, layer.W, g.V, layer.b, g.c))
+
+    return model, rebuild, False
+
+
+def read_layer(params):
+    """(Model of raw values without a head, rebuild, stacked) for the layer API: one
+    layer (`Layer`, dict or tuple) or a stack (`Model` or a dict with ``layers``; its
+    head, if any, is not used and its gradients are None)."""
+    if _is_stack(params):
+        model, rebuild = _read_stack(params)
+        return Model(model.layers), rebuild, True
+    if isinstance(params, Params) or (isinstance(params, dict) and "V" in params):
+        raise TypeError("a layer's params are U, W and optionally b (and bh for a GRU), with "
+                        "no output layer: pass fastbptt.Layer(p.U, p.W, p.b), or use "
+                        "fastbptt.bptt for the model with its head")
+    layer, rebuild_layer = _layer_entry(params, "params")
+    return Model(((layer,),)), lambda g: rebuild_layer(g.layers[0][0]), False
+
+
+def leaves(params):
+    """{name: array} of every array in any params structure, in a fixed order:
+    U, W, V, b, c for one layer with its head; U, W, b, bh for a `Layer`;
+    ``layers.<l>.<d>.<name>`` then V, c for a stack. Absent biases are left out."""
+    if _is_stack(params):
+        model, _ = _read_stack(params)
+        out = {}
+        for l, directions in enumerate(model.layers):
+            for d, layer in enumerate(directions):
+                for name, value in zip(LAYER_NAMES, layer):
+                    if value is not None:
+                        out[f"layers.{l}.{d}.{name}"] = value
+        for name in ("V", "c"):
+            value = getattr(model, name)
+            if value is not None:
+                out[name] = value
+        return out
+    if isinstance(params, Layer) or (isinstance(params, dict) and "V" not in params
+                                     and "U" in params):
+        layer, _ = _layer_entry(params, "params")
+        return {k: v for k, v in zip(LAYER_NAMES, layer) if v is not None}
+    p, _ = read_structure(params)
+    return {k: v for k, v in zip(NAMES, p) if v is not None}

@@ -14,6 +14,7 @@ import numpy as np
 
 from ._inputs import prepare
 from ._results import BPTTResult, pack_grads
+from .params import Layer, Model
 
 __all__ = ["grad", "value_and_grad", "bptt", "window_start"]
 
@@ -99,13 +100,14 @@ def _solve(problem):
     p, act = problem.params, problem.activation
     dU, dW, dV = np.zeros_like(p.U), np.zeros_like(p.W), np.zeros_like(p.V)
     db, dc = np.zeros(p.W.shape[0], p.W.dtype), np.zeros(p.V.shape[0], p.V.dtype)
-    dh0 = np.zeros_like(problem.h0)
-    h_final = problem.h0.copy()
+    h0 = problem.h0[0]
+    dh0 = np.zeros_like(h0)
+    h_final = h0.copy()
     total = np.float64(0)                   # float64 sum, as the kernels
     for b in range(problem.B):
         n = int(problem.lengths[b])
         # hs[t + 1] is h_t; hs[0] is h0 = h_{-1}
-        hs = [problem.h0[b]] + run_states(problem, b, 0, n, problem.h0[b])
+        hs = [h0[b]] + run_states(problem, b, 0, n, h0[b])
         h_final[b] = hs[n]
         for t in range(n):
             loss_t, e = output_error(output(hs[t + 1], p), problem.y[b, t], problem.y_ids,
@@ -123,8 +125,8 @@ def _solve(problem):
                     dh0[b] += p.W.T @ delta
                 elif r > lo:
                     delta = (p.W.T @ delta) * derivative(hs[r], act)
-    grads = type(p)(dU, dW, dV, db if p.b is not None else None,
-                    dc if p.c is not None else None)
+    grads = Model(((Layer(dU, dW, db if p.b is not None else None),),), dV,
+                  dc if p.c is not None else None)
     return float(total), grads, h_final, dh0
 
 

@@ -118,11 +118,11 @@ def kernel_path(request, monkeypatch):
     """Run the test on each kernel path, whatever its batch sizes: "narrow" (time-major
     states, vector code, `fastbptt._kernels.narrow`) or "blas" (feature-major states,
     a BLAS product per step). Which one a call takes otherwise depends on B and W's size
-    (`fastbptt.api._narrow`)."""
-    from fastbptt import api
+    (`fastbptt._stack._narrow`)."""
+    from fastbptt import _stack
     if request.param == "narrow":
-        monkeypatch.setattr(api, "NARROW", 10**9)
+        monkeypatch.setattr(_stack, "NARROW", 10**9)
     else:
-        monkeypatch.setattr(api, "NARROW", 0)
-        monkeypatch.setattr(api, "NARROW_BYTES", -1)
+        monkeypatch.setattr(_stack, "NARROW", 0)
+        monkeypatch.setattr(_stack, "NARROW_BYTES", -1)
     return request.param

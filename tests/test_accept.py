@@ -22,10 +22,12 @@ def same_problem(a, b):
         name = field.name
         u, v = getattr(a, name), getattr(b, name)
         if name == "rebuild":
-            g = fastbptt.Params(*(None if w is None else np.zeros(1) for w in P))
+            z = np.zeros(1)
+            g = fastbptt.Model(((fastbptt.Layer(z, z, z),),), z, z)
             assert type(u(g)) is type(v(g)) and str(u(g)) == str(v(g))
-        elif name == "params":
-            assert all((s is None and t is None) or s is t for s, t in zip(u, v)), name
+        elif name == "model":
+            assert all((s is None and t is None) or s is t
+                       for s, t in zip(u.layers[0][0] + (u.V, u.c), v.layers[0][0] + (v.V, v.c))), name
         elif isinstance(u, np.ndarray) or isinstance(v, np.ndarray):
             assert isinstance(u, np.ndarray) and isinstance(v, np.ndarray), name
             assert u.dtype == v.dtype and u.shape == v.shape, name

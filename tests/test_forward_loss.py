@@ -64,7 +64,7 @@ def test_forward_batch(kind, activation):
         assert not p[b, n:].any() and not h[b, n:].any()
         if n == 0:
             continue
-        want = np.array(reference.run_states(problem, b, 0, n, problem.h0[b]))
+        want = np.array(reference.run_states(problem, b, 0, n, problem.h0[0, b]))
         assert close(h[b, :n], want)
         o = want @ params.V.T + params.c
         softmax = np.exp(o) / np.exp(o).sum(axis=1, keepdims=True)

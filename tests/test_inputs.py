@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fastbptt
-from fastbptt import api
+from fastbptt import _stack, api
 
 L, H, C, B, T = 5, 4, 3, 2, 6
 
@@ -275,8 +275,10 @@ def no_kernels(monkeypatch):
     """Any kernel call fails the test: validation must reject the call before one runs."""
     def tripwire(*args):
         raise AssertionError("a kernel ran before validation rejected the call")
-    for name in ("_forward_kernel", "forward_narrow", "output_errors", "backward",
-                 "backward_narrow", "to_feature_major", "pad_weights"):
+    for name in ("forward", "forward_narrow", "backward", "backward_narrow",
+                 "to_feature_major", "pad_weights", "gather_inputs", "project_inputs"):
+        monkeypatch.setattr(_stack, name, tripwire)
+    for name in ("output_errors", "output_backward"):
         monkeypatch.setattr(api, name, tripwire)
 
 

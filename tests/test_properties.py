@@ -363,5 +363,6 @@ def test_invalid_calls_raise_type_or_value_errors(name, data):
         call(entry, x, y, params, options)
     assert not type(info.value).__module__.startswith("numba"), info.value
     # raised by validation, not by a kernel or by NumPy further down
-    assert info.traceback[-1].path.name in ("_inputs.py", "params.py"), info.traceback[-1]
+    assert info.traceback[-1].path.name in ("_inputs.py", "_params_check.py", "params.py"), \
+        info.traceback[-1]
     assert len(str(info.value)) > 25, info.value

@@ -89,7 +89,7 @@ def test_set_num_threads_round_trips_and_validates():
     (32, 128, 2, False),       # BLAS on two threads takes every batch of 4 or more
 ])
 def test_kernel_path_follows_batch_size_W_size_and_threads(B, H, threads, narrow):
-    from fastbptt import api
+    from fastbptt import _stack
     from fastbptt._inputs import prepare
 
     params = fastbptt.Params(np.zeros((H, 3), np.float32), np.zeros((H, H), np.float32),
@@ -97,6 +97,6 @@ def test_kernel_path_follows_batch_size_W_size_and_threads(B, H, threads, narrow
     problem = prepare(np.zeros((B, 5), np.int64), np.zeros((B, 5), np.int64), params)
     fastbptt.set_num_threads(threads)
     try:
-        assert api._narrow(problem) is narrow
+        assert _stack._narrow(problem) is narrow
     finally:
         fastbptt.set_num_threads(1)

@@ -1,7 +1,10 @@
-"""The backward time loop and the weight gradients (SPEC.md §2, §3, §5), feature-major.
+"""A layer's backward time loop and the gradients of W and b (SPEC.md §2, §3, §5, §7),
+feature-major.
 
-Truncation follows lo(t) = max(0, (t // s + 1) * s - k): the error of output t flows
-back through steps t ... lo(t). With u_t = V^T e_t and delta_t = dL/da_t:
+Truncation follows lo(t) = max(0, (t // s + 1) * s - k): the gradient injected at step t
+flows back through steps t ... lo(t). With u_t = G_t = dL/dh_t injected at each step (by
+the output layer, u_t = V^T e_t, or by whatever sits above the layer) and
+delta_t = dL/da_t:
 
 - sweep (full BPTT, and chunks s = k): one pass from T-1 down to 0,
   delta_t = (u_t + W^T delta_{t+1}) * f'(a_t), the carry dropped at chunk starts;
@@ -10,7 +13,8 @@ back through steps t ... lo(t). With u_t = V^T e_t and delta_t = dL/da_t:
   Delta = sum_j R_j. That is k products of H x H by H x (T B) instead of T k vector ones.
 
 Steps are column blocks of B columns in (H, T B) matrices; f'(a) is computed once for
-all steps, and the gradients of the weights are single matrix products over all steps.
+all steps, and the gradients of the weights are single matrix products over all steps
+(those of the inputs are in `inputs`).
 """
 from ._jit import jit
 from .activations import derivative_into
@@ -57,46 +61,31 @@ def _lag_major(d, fp, WT, k, s, B, blas, prev, nxt):
 
 
 @jit
-def backward(hs, err, x_ids, x_dense, ids, WTp, V, act, chunk, truncate, stride,
-             delta, fp, work, dU, dW, dV, db, dc, dh0):
-    """All gradients from the forward states and the output errors.
+def backward(hs, WTp, act, chunk, truncate, stride, delta, fp, work, dW, db, dh0):
+    """delta <- dL/da for every step, and the gradients of W, b and h0.
 
-    hs (H, T+1, B) from `forward`; err (C, T B) from `output_errors`. chunk > 0 sweeps,
+    hs (H, T+1, B) from `forward`. delta (H, T B) holds G_t = dL/dh_t on entry (what
+    the layer above or the loss injects at each step, SPEC.md §7). chunk > 0 sweeps,
     cutting the carry into each step t with (t + 1) % chunk == 0 (T + 1 for full BPTT,
     k for chunks); chunk = 0 runs lag-major with truncate = k, stride = s.
-    delta (H, T B) receives dL/da and fp (H, T B) f'(a); work (2, H, T B) is scratch
-    for lag-major (any shape otherwise). WTp (H, N) is W^T, zero-padded to N >= H
-    columns (`matvec.padded`); only its first H are read. Batches that
-    `fastbptt.api._narrow` picks sweep in `narrow.backward_narrow` instead.
-    Writes dU (H, L), dW (H, H), dV (C, H), db (H,), dc (C,) and dh0 (H, B) =
-    W^T delta_0 (pass (H, 0) when not needed).
-    Padding steps have zero error, so their delta is zero and they add nothing.
+    fp (H, T B) receives f'(a); work (2, H, T B) is scratch for lag-major (any shape
+    otherwise). WTp (H, N) is W^T, zero-padded to N >= H columns (`matvec.padded`);
+    only its first H are read. Batches that `fastbptt.api._narrow` picks sweep in
+    `narrow.backward_narrow` instead.
+    Writes dW (H, H), db (H,) and dh0 (H, B) = W^T delta_0 (pass (H, 0) when not needed).
+    Padding steps have zero G, so their delta is zero and they add nothing.
     """
     H, T, B = hs.shape[0], hs.shape[1] - 1, hs.shape[2]
     m = hs.reshape(H, (T + 1) * B)
-    states, before = m[:, B:], m[:, :T * B]
+    before = m[:, :T * B]
     WT = WTp[:, :H]
     blas = scratch(delta)
-    gemm(V, err, delta, 1.0, 0.0, True, False, blas)          # u = V^T e
+    for i in range(H):
+        derivative_into(fp[i], m[i, B:], act)
     if chunk > 0:
-        for i in range(H):
-            derivative_into(fp[i], m[i, B:], act)
         _sweep(delta, fp, WT, chunk, B, blas)
     else:
-        for i in range(H):
-            derivative_into(fp[i], m[i, B:], act)
         _lag_major(delta, fp, WT, truncate, stride, B, blas, work[0], work[1])
     gemm(WT, delta[:, :B], dh0, 1.0, 0.0, False, False, blas)
     gemm(delta, before, dW, 1.0, 0.0, False, True, blas)
-    gemm(err, states, dV, 1.0, 0.0, False, True, blas)
-    if ids:
-        for i in range(H):
-            row, out = delta[i], dU[i]
-            for l in range(out.shape[0]):
-                out[l] = 0
-            for tb in range(T * B):
-                out[x_ids[tb]] += row[tb]
-    else:
-        gemm(delta, x_dense, dU, 1.0, 0.0, False, True, blas)
     row_sums(delta, db)
-    row_sums(err, dc)

@@ -15,35 +15,24 @@ lag-major path of `backward` on a feature-major copy.
 """
 from ._jit import jit
 from .activations import activate_vector, derivative
-from .blas import gemm, row_sums, scratch, transpose_into
+from .blas import gemm, scratch, transpose_into
 from .matvec import passes, rows_axpy, rows_of_W
 
 NARROW = 4      # fewer sequences than this always run here
 
 
 @jit
-def forward_narrow(x_ids, x_dense, ids, U, WTp, bias, act, lengths, h0, seqs, h_final):
-    """Fill seqs (T+1, B, N) with h0 and the states; rows past lengths[b] are zero.
+def forward_narrow(WTp, act, lengths, h0, seqs, h_final):
+    """seqs (T+1, B, N) holds a_t (the inputs' part, `inputs`) in row t + 1; make it h_t,
+    with h0 in row 0 and zeros in every row past lengths[b] and in the padding columns.
 
-    x_ids (T B,) int64 ids in [0, L) (index t B + b) or x_dense (L, T B), ``ids``
-    says which; U (H, L); WTp (H, N), W^T zero-padded; bias (H,); h0 (B, H).
-    h_final (B, H) receives each sequence's state after its last real step.
+    WTp (H, N), W^T zero-padded; h0 (B, H). h_final (B, H) receives each sequence's
+    state after its last real step.
     """
     T, B, N = seqs.shape[0] - 1, seqs.shape[1], seqs.shape[2]
-    H = U.shape[0]
+    H = h0.shape[1]
     rows = seqs.reshape((T + 1) * B, N)
     rows[:, H:] = 0
-    if ids:
-        for tb in range(T * B):
-            row, col = rows[B + tb], x_ids[tb]
-            for i in range(H):
-                row[i] = U[i, col] + bias[i]
-    else:
-        gemm(x_dense, U, rows[B:, :H], 1.0, 0.0, True, True, scratch(seqs))
-        for tb in range(T * B):
-            row = rows[B + tb]
-            for i in range(H):
-                row[i] += bias[i]
     for b in range(B):
         seqs[0, b, :H] = h0[b]
     groups = passes(B)
@@ -67,27 +56,25 @@ def to_feature_major(seqs, hs):
 
 
 @jit
-def backward_narrow(seqs, err, x_ids, x_dense, ids, Wp, W, V, act, chunk, dseq, dUT,
-                    dU, dW, dV, db, dc, dh0):
-    """All gradients by one backward sweep per sequence, cut at chunk starts.
+def backward_narrow(seqs, Wp, W, act, chunk, dseq, dW, db, dh0):
+    """delta_t = dL/da_t by one backward sweep per sequence, cut at chunk starts, and the
+    gradients of W, b and h0.
 
-    seqs from `forward_narrow`; err (C, T B) from `output_errors`. The carry into step
+    seqs from `forward_narrow`. dseq (T B, N) holds G_t = dL/dh_t of sequence b in the
+    first H columns of row t B + b on entry, and delta_t on return. The carry into step
     t is dropped when (t + 1) % chunk == 0 (chunk = T + 1 for full BPTT, k for chunks).
-    Wp (H, N) is `pad_weights`'s copy of W (unused when `rows_of_W` picks W itself);
-    dseq (T B, N) receives delta_t = dL/da_t, row t B + b; dUT (L, N) is scratch for
-    token ids. Writes dU (H, L), dW (H, H), dV (C, H),
-    db (H,), dc (C,) and dh0 (B, H), row b = W^T delta_0 of sequence b (pass (0, H) when
-    not needed). Padding steps have zero error, so their delta is zero and they add
-    nothing.
+    Wp (H, N) is `pad_weights`'s copy of W (unused when `rows_of_W` picks W itself).
+    Writes dW (H, H), db (H,) and dh0 (B, H), row b = W^T delta_0 of sequence b (pass
+    (0, H) when not needed). Padding steps have zero G, so their delta is zero and they
+    add nothing.
     """
     T, B, N = seqs.shape[0] - 1, seqs.shape[1], seqs.shape[2]
     H = W.shape[0]
     rows = seqs.reshape((T + 1) * B, N)
-    states, before = rows[B:, :H], rows[:T * B, :H]
+    before = rows[:T * B, :H]
     delta = dseq[:, :H]
     R = rows_of_W(W, Wp)
     blas = scratch(dseq)
-    gemm(err, V, delta, 1.0, 0.0, True, False, blas)          # u_t = V^T e_t, row by row
     dseq[:, H:] = 0
     groups, done = passes(B), 0
     for t in range(T - 1, -1, -1):
@@ -100,20 +87,9 @@ def backward_narrow(seqs, err, x_ids, x_dense, ids, Wp, W, V, act, chunk, dseq, 
             for i in range(H):
                 acc[i] *= derivative(h[i], act)
     gemm(delta, before, dW, 1.0, 0.0, True, False, blas)      # sum_t delta_t h_{t-1}^T
-    gemm(err, states, dV, 1.0, 0.0, False, False, blas)       # sum_t e_t h_t^T
     gemm(delta[:dh0.shape[0]], W, dh0, 1.0, 0.0, False, False, blas)
-    if ids:
-        dUT[:] = 0
-        for tb in range(T * B):
-            row, out = dseq[tb], dUT[x_ids[tb]]
-            for i in range(N):
-                out[i] += row[i]
-        transpose_into(dUT[:, :H], dU)
-    else:
-        gemm(delta, x_dense, dU, 1.0, 0.0, True, True, blas)
     db[:] = 0
     for tb in range(T * B):
         row = dseq[tb]
         for i in range(H):
             db[i] += row[i]
-    row_sums(err, dc)

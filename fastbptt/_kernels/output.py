@@ -1,4 +1,5 @@
-"""The output layer and loss for all steps at once: logits, softmax or squared error, dL/do.
+"""The output layer and loss for all steps at once: logits, softmax or squared error,
+dL/do, and the output layer's vector-Jacobian product (SPEC.md §2, §7).
 
 Feature-major: the logits are one (C, T B) matrix, and each pass below runs along its
 rows, over all steps and sequences, so the loops vectorize.
@@ -6,7 +7,7 @@ rows, over all steps and sequences, so the loops vectorize.
 import numpy as np
 
 from ._jit import jit
-from .blas import gemm, scratch
+from .blas import gemm, row_sums, scratch
 from .mathfuncs import exp_neg32
 
 SOFTMAX_CE, MSE = 0, 1
@@ -106,3 +107,21 @@ def output_errors(states, time_major, V, c, loss_kind, y_ids, y_dense, ids, leng
             for j in range(n):
                 row[j] = row[j] * s[j] - valid[j] * y[j]
     return total
+
+
+@jit
+def output_backward(err, states, time_major, V, G, dV, dc):
+    """From e = dL/do (C, T B): G_t = V^T e_t for every step into G, dV = sum_t e_t h_t^T
+    and dc = sum_t e_t.
+
+    states and G are (H, T B) feature-major, or (T B, H) when ``time_major`` (the layout
+    of the layer's backward pass, which receives G).
+    """
+    blas = scratch(err)
+    if time_major:
+        gemm(err, V, G, 1.0, 0.0, True, False, blas)
+        gemm(err, states, dV, 1.0, 0.0, False, False, blas)
+    else:
+        gemm(V, err, G, 1.0, 0.0, True, False, blas)
+        gemm(err, states, dV, 1.0, 0.0, False, True, blas)
+    row_sums(err, dc)

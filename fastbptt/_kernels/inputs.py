@@ -1,0 +1,121 @@
+"""What a layer does with its inputs, for all steps at once: the projection U x_t + b before
+the time loop, and dU and dL/dx after it (SPEC.md §5, §7).
+
+A layer's states are kept in one of two layouts (`fastbptt.api` picks one per call):
+feature-major hs (G H, T+1, B), steps as column blocks, or time-major seqs (T+1, B, N),
+steps as rows zero-padded to N columns. Its inputs come as the same kind of 3-D array
+``src``, whose first step block (t = 0, where a state array holds h0) is not read:
+the caller's dense x (L, T+1, B), feature-major, or the states of the layer below in
+either layout. ``width`` is how many features of src are inputs (the layer below's H
+when its rows are padded). Token ids are a gather of U's columns instead.
+"""
+from ._jit import jit
+from .blas import gemm, scratch, transpose_into
+
+
+@jit(inline="always")
+def _steps(a, time_major):
+    """The T B steps of a 3-D state-like array as a 2-D view, step t of sequence b at
+    t B + b: (K, T B) feature-major, (T B, K) time-major (first step block left out)."""
+    if time_major:
+        T1, B = a.shape[0], a.shape[1]
+        return a.reshape(T1 * B, a.shape[2])[B:]
+    K, T1, B = a.shape
+    return a.reshape(K, T1 * B)[:, B:]
+
+
+@jit
+def gather_inputs(x_ids, U, bias, out, time_major):
+    """Steps of ``out`` (a state array) <- U[:, x_t] + b for token ids x_ids (T B,)."""
+    H = U.shape[0]
+    if time_major:
+        rows = _steps(out, True)
+        for tb in range(x_ids.shape[0]):
+            row, col = rows[tb], x_ids[tb]
+            for i in range(H):
+                row[i] = U[i, col] + bias[i]
+    else:
+        m = _steps(out, False)
+        for i in range(H):
+            u, row, bi = U[i], m[i], bias[i]
+            for tb in range(x_ids.shape[0]):
+                row[tb] = u[x_ids[tb]] + bi
+
+
+@jit
+def project_inputs(src, width, src_time_major, U, bias, out, time_major):
+    """Steps of ``out`` <- U x_t + b, x_t the first ``width`` features of src's steps,
+    as one matrix product over all steps. A time-major src (the layer below's states)
+    goes with a time-major out only."""
+    H = U.shape[0]
+    blas = scratch(out)
+    x = _steps(src, src_time_major)
+    o = _steps(out, time_major)
+    if time_major:
+        rows = o[:, :H]
+        if src_time_major:
+            gemm(x[:, :width], U, rows, 1.0, 0.0, False, True, blas)
+        else:
+            gemm(x[:width], U, rows, 1.0, 0.0, True, True, blas)
+        for tb in range(rows.shape[0]):
+            row = rows[tb]
+            for i in range(H):
+                row[i] += bias[i]
+    else:
+        gemm(U, x[:width], o, 1.0, 0.0, False, False, blas)
+        for i in range(H):
+            row, bi = o[i], bias[i]
+            for tb in range(row.shape[0]):
+                row[tb] += bi
+
+
+@jit
+def scatter_ids(delta, time_major, x_ids, dU, dUT):
+    """dU (H, L) <- sum over steps of delta_t at column x_t: the gradient of a gather.
+
+    delta is (H, T B) feature-major or (T B, N) time-major (its first H columns used,
+    dUT (L, N) scratch)."""
+    H = dU.shape[0]
+    if time_major:
+        dUT[:] = 0
+        for tb in range(x_ids.shape[0]):
+            row, out = delta[tb], dUT[x_ids[tb]]
+            for i in range(delta.shape[1]):
+                out[i] += row[i]
+        transpose_into(dUT[:, :H], dU)
+    else:
+        for i in range(H):
+            row, out = delta[i], dU[i]
+            for l in range(out.shape[0]):
+                out[l] = 0
+            for tb in range(x_ids.shape[0]):
+                out[x_ids[tb]] += row[tb]
+
+
+@jit
+def dense_grads(delta, time_major, src, width, src_time_major, U, dU, dX, beta):
+    """dU = sum_t delta_t x_t^T over all steps, and, unless dX is empty,
+    dX <- U^T delta_t for every step (+ beta dX), into dX's first ``width`` rows
+    (T B columns) when src is feature-major, its first ``width`` columns (T B rows)
+    when time-major, as src's steps are.
+
+    delta is (G H, T B) feature-major or (T B, >= G H) time-major; a time-major src
+    goes with a time-major delta only."""
+    H = U.shape[0]
+    blas = scratch(dU)
+    x = _steps(src, src_time_major)
+    if time_major:
+        d = delta[:, :H]
+        if src_time_major:
+            gemm(d, x[:, :width], dU, 1.0, 0.0, True, False, blas)
+        else:
+            gemm(d, x[:width], dU, 1.0, 0.0, True, True, blas)
+        if dX.size:
+            if src_time_major:
+                gemm(d, U, dX[:, :width], 1.0, beta, False, False, blas)
+            else:
+                gemm(U, d, dX[:width], 1.0, beta, True, True, blas)
+    else:
+        gemm(delta, x[:width], dU, 1.0, 0.0, False, True, blas)
+        if dX.size:
+            gemm(U, delta, dX[:width], 1.0, beta, True, False, blas)

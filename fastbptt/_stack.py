@@ -1,0 +1,420 @@
+"""A validated problem's layers, run forward and backward (SPEC.md §7, §8).
+
+`run_forward` runs every layer and direction of ``problem.model`` over the inputs and
+keeps what the backward pass needs in a `Forward`; its `Forward.backward` takes
+G_t = dL/dh_t of the top layer's outputs (put in place by the output layer in
+`fastbptt.api`, or from the caller in `fastbptt.layer`) and returns the gradients of
+every layer, dL/dh0 and, for dense inputs, dL/dx. Both APIs run the same loops.
+
+Layout, chosen once per call (`make_plan`): narrow batches keep states time-major,
+(T+1, B, N), and step with the vector kernels (`_kernels.narrow`); the others keep them
+feature-major, (H, T+1, B), and step with a BLAS product (`_kernels.forward`,
+`_kernels.backward`). Per-output windows (stride < truncate) run their backward pass
+feature-major in either case (lag-major, one layer only).
+
+Directions: a reverse direction runs the same kernels on its inputs reordered so that
+each sequence starts from its last real step (`_kernels.directions`); its states stay in
+that order, and are put back in step order where another layer or the head reads them.
+Layer l > 0 of a bidirectional stack reads [h_fwd_t, h_rev_t], 2H features.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._kernels.backward import backward
+from ._kernels.directions import permute_steps, reversal_index
+from ._kernels.forward import forward
+from ._kernels.inputs import dense_grads, gather_inputs, project_inputs, scatter_ids
+from ._kernels.matvec import pad_weights, padded, passes
+from ._kernels.narrow import NARROW, backward_narrow, forward_narrow, to_feature_major
+from ._threads import ensure_default_threads, threads_in_use
+from ._workspace import workspace
+from .params import Layer, Model
+
+# Most bytes of W the narrow kernels may stream per step, one pass over W per group of
+# up to four sequences (`matvec.passes`), when BLAS runs on one thread. Measured here,
+# the narrow kernels beat a BLAS product per step below this (H = 512 float32: 2x at
+# B = 8, 1.2x at B = 32) and lose above it (H = 1024 float32, B = 16: 0.95x; B = 32: 0.8x).
+# With BLAS on two threads they lost from H = 256, B = 32 (0.93x), so they are then
+# kept to batches of fewer than NARROW sequences.
+NARROW_BYTES = 8 << 20
+
+
+def _narrow(problem):
+    """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`): below
+    NARROW sequences always; for more, on one BLAS thread, when their passes over W
+    stay within NARROW_BYTES per step. The choice does not depend on the truncation, so
+    that `forward` computes the very states `bptt` does. Chosen once per call (kept on
+    the problem), so a thread count changed meanwhile cannot split a call across paths."""
+    if problem.narrow is None:
+        B = problem.B
+        problem.narrow = B < NARROW or (
+            threads_in_use() == 1
+            and passes.py_func(B) * problem.model.layers[0][0].W.nbytes <= NARROW_BYTES)
+    return problem.narrow
+
+
+@dataclass
+class Plan:
+    narrow: bool          # states time-major (forward layout)
+    chunk: int            # where the backward sweep cuts: T + 1 never, k chunks, 0 lag-major
+    back_tm: bool         # the backward pass runs time-major
+
+
+def make_plan(problem):
+    """The layouts and the backward mode of a validated problem, chosen once."""
+    narrow = _narrow(problem)
+    k, s = problem.truncate, problem.stride     # None: nothing is cut (`prepare`)
+    chunk = problem.T + 1 if k is None else (k if s == k else 0)
+    return Plan(narrow, chunk, narrow and chunk > 0)
+
+
+_ZEROS = {}
+
+
+def bias_or_zeros(vector, size, dtype):
+    """The bias, or zeros for none (kept from call to call: the kernels only read it)."""
+    if vector is not None:
+        return vector
+    key = (size, dtype)
+    zeros = _ZEROS.get(key)
+    if zeros is None:
+        zeros = _ZEROS[key] = np.zeros(size, dtype)
+    return zeros
+
+
+def steps(states, time_major, H):
+    """h_1 ... h_T of a state array as a 2-D view, step t of sequence b at t B + b:
+    (T B, H) when time-major, (H, T B) when feature-major."""
+    if time_major:
+        T1, B = states.shape[0], states.shape[1]
+        return states.reshape(T1 * B, states.shape[2])[B:, :H]
+    K, T1, B = states.shape
+    return states.reshape(K, T1 * B)[:, B:]
+
+
+def batch_first(states, time_major, H):
+    """(B, T, H) view of h_1 ... h_T of a state array."""
+    if time_major:
+        return states[1:, :, :H].transpose(1, 0, 2)
+    return states[:, 1:].transpose(2, 1, 0)
+
+
+class Direction:
+    """One direction of one layer after the forward pass."""
+
+    def __init__(self, l, d, layer, reverse):
+        self.l, self.d, self.layer, self.reverse = l, d, layer, reverse
+        self.states = None       # (H, T+1, B) or (T+1, B, N), in this direction's step order
+        self.src = None          # its inputs: a state-like array, or None for token ids
+        self.width = 0           # features of src that are inputs
+        self.src_tm = False
+        self.ids = None          # token ids (T B,), in this direction's step order
+        self.WTp = self.Wp = None
+
+
+@dataclass
+class Forward:
+    problem: object
+    plan: Plan
+    dirs: list                   # dirs[l][d]: Direction
+    h_final: np.ndarray          # (layers x directions, B, H)
+    idx: object                  # reversal index (T B,), or None
+    store: object                # where the kept arrays come from: the workspace, or fresh
+                                 # ones for a backward pass that outlives the call
+
+    @property
+    def H(self):
+        return self.problem.sizes[1]
+
+    def top(self):
+        """The top layer's outputs h_t (H D features) in step order, as a 2-D view of the
+        forward layout ((T B, H D) time-major, (H D, T B) feature-major)."""
+        top = self.dirs[-1]
+        if len(top) == 1 and not top[0].reverse:
+            return steps(top[0].states, self.plan.narrow, self.H)
+        return steps(_natural_output(self, len(self.dirs), "top"), self.plan.narrow,
+                     self.H * len(top))
+
+    def backward_states(self, direction):
+        """A direction's states in the backward pass's layout (a feature-major copy when
+        a narrow batch runs lag-major)."""
+        if self.plan.narrow == self.plan.back_tm:
+            return direction.states
+        p = self.problem
+        hs = workspace.get(f"hs{direction.l}.{direction.d}~", (self.H, p.T + 1, p.B), p.dtype)
+        to_feature_major(direction.states, hs)
+        return hs
+
+    def gradient_buffers(self):
+        """For each direction of the top layer, its (G H, T B) or (T B, N) array that must
+        hold G_t = dL/dh_t (in that direction's step order) before `backward`."""
+        return [self._buffer(d) for d in self.dirs[-1]]
+
+    def _buffer(self, direction):
+        p, H = self.problem, self.H
+        name = f"delta{direction.l}.{direction.d}"
+        if self.plan.back_tm:
+            return workspace.get(name, (p.T * p.B, direction.states.shape[2]), p.dtype)
+        return workspace.get(name, (H, p.T * p.B), p.dtype)
+
+    def inject(self, G):
+        """Put G_t (2-D in step order, layout of the backward pass, H D features) into the
+        top layer's buffers, reordered for a reverse direction."""
+        H, tm = self.H, self.plan.back_tm
+        for direction, buf in zip(self.dirs[-1], self.gradient_buffers()):
+            part = G[:, direction.d * H:(direction.d + 1) * H] if tm else \
+                G[direction.d * H:(direction.d + 1) * H]
+            if direction.reverse:
+                permute_steps(part, buf, self.idx, tm, False)
+            elif tm:
+                buf[:, :H] = part
+            else:
+                buf[:] = part
+
+    def backward(self, dh_final=None, need_dx=False):
+        """Every layer's gradients from the top layer's G (`gradient_buffers`).
+
+        dh_final (layers x directions, B, H), optional: dL/dh_final, injected at each
+        sequence's last real step. Returns (Model of layer gradients, dh0 (layers x
+        directions, B, H) or None when h0 was not given, dx (B, T, L) or None).
+        """
+        p, plan, H = self.problem, self.plan, self.H
+        D = len(self.dirs[0])
+        tm = plan.back_tm
+        grads = [[None] * D for _ in self.dirs]
+        dh0 = np.zeros((len(self.dirs) * D, p.B, H), p.dtype) if p.h0_given else None
+        buffers = self.gradient_buffers()
+        dx = None
+        for l in range(len(self.dirs) - 1, -1, -1):
+            if dh_final is not None:
+                for direction, buf in zip(self.dirs[l], buffers):
+                    _inject_final(p, buf, tm, dh_final[l * D + direction.d], dh0,
+                                  l * D + direction.d, H)
+            below = [self._buffer(d) for d in self.dirs[l - 1]] if l else None
+            dX = _dx_targets(self, l, below, need_dx)
+            for direction, buf in zip(self.dirs[l], buffers):
+                grads[l][direction.d] = self._layer_backward(direction, buf, dh0, dX)
+            if l:
+                _combine(self, l, below, dX)
+                buffers = below
+            elif dX is not None:
+                dx = _user_dx(self, dX)
+        layers = tuple(tuple(g) for g in grads)
+        return Model(layers), dh0, dx
+
+    def _layer_backward(self, direction, buf, dh0, dX):
+        """One direction's backward pass from G in buf: its Layer of gradients; dL/dh0
+        into dh0; dL/dx into dX's entry for it (see `_dx_targets`)."""
+        p, plan, H = self.problem, self.plan, self.H
+        layer, dtype = direction.layer, p.dtype
+        s = direction.l * len(self.dirs[0]) + direction.d
+        B, T = p.B, p.T
+        dU, dW, db = np.empty(layer.U.shape, dtype), np.empty(layer.W.shape, dtype), \
+            np.empty(layer.W.shape[0], dtype)
+        states = self.backward_states(direction)
+        if plan.back_tm:
+            out = dh0[s] if dh0 is not None else np.empty((0, H), dtype)
+            backward_narrow(states, direction.Wp, layer.W, p.activation, plan.chunk, buf,
+                            dW, db, out)
+        else:
+            dh0_t = workspace.get("dh0", (H, B if dh0 is not None else 0), dtype)
+            backward(states, direction.WTp, p.activation, plan.chunk, p.truncate or 0,
+                     p.stride, buf, workspace.get("fprime", (H, T * B), dtype),
+                     workspace.get("lags", (2, H, T * B) if plan.chunk == 0 else (2, H, 0),
+                                   dtype), dW, db, dh0_t)
+            if dh0 is not None:
+                dh0[s] = dh0_t.T
+        if direction.src is None:
+            N = buf.shape[1] if plan.back_tm else 0
+            scatter_ids(buf, plan.back_tm, direction.ids, dU,
+                        workspace.get("dUT", (p.sizes[0] if plan.back_tm else 0, N), dtype))
+        else:
+            target = dX[direction.d] if dX is not None else _no_dx(dtype)
+            dense_grads(buf, plan.back_tm, direction.src, direction.width, direction.src_tm,
+                        layer.U, dU, target, 0.0)
+        return Layer(dU, dW, db if layer.b is not None else None, None)
+
+
+_NO_DX = {}
+
+
+def _no_dx(dtype):
+    """An empty dX: `dense_grads` then skips dL/dx."""
+    out = _NO_DX.get(dtype)
+    if out is None:
+        out = _NO_DX[dtype] = np.empty((0, 0), dtype)
+    return out
+
+
+def _inject_final(p, buf, tm, dh_final, dh0, s, H):
+    """Add dh_final (B, H) at each sequence's last real step of buf; a sequence of
+    length 0 passes it straight to dh0 (its h_final is h0)."""
+    B = p.B
+    for b in range(B):
+        n = int(p.lengths[b])
+        if n == 0:
+            if dh0 is not None:
+                dh0[s, b] += dh_final[b]
+            continue
+        col = (n - 1) * B + b
+        if tm:
+            buf[col, :H] += dh_final[b]
+        else:
+            buf[:, col] += dh_final[b]
+
+
+def _dx_targets(fw, l, below, need_dx):
+    """Where each direction of layer l writes U^T delta: for l > 0 with one forward
+    direction, straight into the layer below's G buffer; with two directions, into
+    scratch arrays that `_combine` reorders and adds; for layer 0, a dense dx array
+    when asked for (None otherwise)."""
+    p, plan = fw.problem, fw.plan
+    dirs = fw.dirs[l]
+    if l == 0 and (not need_dx or p.ids):
+        return None
+    if l and len(dirs) == 1 and not dirs[0].reverse:
+        return [below[0]]
+    width = dirs[0].width
+    shape = (p.T * p.B, width) if dirs[0].src_tm else (width, p.T * p.B)
+    return [workspace.get(f"dX{l}.{d.d}", shape, p.dtype) for d in dirs]
+
+
+def _combine(fw, l, below, dX):
+    """The layer below's G from layer l's U^T delta (two directions, or one reversed):
+    G_below[d'] = the rows (columns) d' H ... of each direction's dX, in d''s step order."""
+    dirs = fw.dirs[l]
+    if len(dirs) == 1 and not dirs[0].reverse:
+        return
+    H, tm = fw.H, fw.plan.back_tm
+    for target, lower in zip(below, fw.dirs[l - 1]):
+        for k, direction in enumerate(dirs):
+            part = dX[k][:, lower.d * H:(lower.d + 1) * H] if tm else \
+                dX[k][lower.d * H:(lower.d + 1) * H]
+            if direction.reverse == lower.reverse:
+                if k == 0:
+                    (target[:, :H] if tm else target)[:] = part
+                else:
+                    (target[:, :H] if tm else target)[:] += part
+            else:
+                permute_steps(part, target, fw.idx, tm, k > 0)
+
+
+def _user_dx(fw, dX):
+    """dL/dx (B, T, L) from layer 0's U^T delta of each direction (feature-major, each
+    in its direction's step order)."""
+    p = fw.problem
+    dirs = fw.dirs[0]
+    L = p.sizes[0]
+    total = dX[0]
+    if dirs[0].reverse:
+        total = workspace.get("dx", dX[0].shape, p.dtype)
+        permute_steps(dX[0], total, fw.idx, False, False)
+    for k in range(1, len(dirs)):
+        permute_steps(dX[k], total, fw.idx, False, True)
+    return np.ascontiguousarray(total.reshape(L, p.T, p.B).transpose(2, 1, 0))
+
+
+def _natural_output(fw, l, name):
+    """The outputs of layer l - 1 in step order, both directions side by side: a
+    state-like array (H D, T+1, B) or (T+1, B, H D) (step block 0 unused)."""
+    p, plan, H = fw.problem, fw.plan, fw.H
+    dirs = fw.dirs[l - 1]
+    D = len(dirs)
+    shape = (p.T + 1, p.B, H * D) if plan.narrow else (H * D, p.T + 1, p.B)
+    out = fw.store.get(f"{name}{l}", shape, p.dtype)
+    target = steps(out, plan.narrow, H * D)
+    for direction in dirs:
+        source = steps(direction.states, plan.narrow, H)
+        part = target[:, direction.d * H:(direction.d + 1) * H] if plan.narrow else \
+            target[direction.d * H:(direction.d + 1) * H]
+        if direction.reverse:
+            permute_steps(source, part, fw.idx, plan.narrow, False)
+        else:
+            part[:] = source
+    return out
+
+
+def _dense_x(p, store):
+    """The caller's dense x (B, T, L) as a feature-major state-like array (L, T+1, B)."""
+    L = p.sizes[0]
+    xs = store.get("x", (L, p.T + 1, p.B), p.dtype)
+    xs[:, 1:] = p.x.transpose(2, 1, 0)
+    return xs
+
+
+def run_forward(problem, store=workspace):
+    """Run every layer and direction; return the `Forward` (states, h_final, ...)."""
+    ensure_default_threads()
+    p = problem
+    plan = make_plan(p)
+    L, H, C = p.sizes
+    B, T, dtype = p.B, p.T, p.dtype
+    D = p.directions
+    any_reverse = D == 2 or p.reverse
+    idx = None
+    if any_reverse:
+        idx = np.empty(T * B, np.int64)
+        reversal_index(p.lengths, T, idx)
+    h_final = np.empty((p.num_layers * D, B, H), dtype)
+    fw = Forward(p, plan, [], h_final, idx, store)
+    N = padded(H, dtype)
+    x_ids = p.x.T.reshape(-1) if p.ids else None
+    x_dense = None if p.ids else _dense_x(p, store)
+    for l, layers in enumerate(p.model.layers):
+        row = []
+        below = None
+        if l:
+            lower = fw.dirs[l - 1]
+            if len(lower) == 1 and not lower[0].reverse:
+                below = (lower[0].states, H, plan.narrow)
+            else:
+                below = (_natural_output(fw, l, "cat"), H * len(lower), plan.narrow)
+        for d, layer in enumerate(layers):
+            direction = Direction(l, d, layer, d == 1 or p.reverse)
+            name = f"{l}.{d}"
+            G = layer.W.shape[0]
+            bias = bias_or_zeros(layer.b, G, dtype)
+            if plan.narrow:
+                states = store.get(f"seqs{name}", (T + 1, B, N), dtype)
+            else:
+                states = store.get(f"hs{name}", (H, T + 1, B), dtype)
+            if l == 0 and p.ids:
+                direction.ids = x_ids[idx] if direction.reverse else x_ids
+                gather_inputs(direction.ids, layer.U, bias, states, plan.narrow)
+            else:
+                if l == 0:
+                    src, width, src_tm = x_dense, L, False
+                else:
+                    src, width, src_tm = below
+                if direction.reverse:
+                    src = _reversed_src(fw, src, src_tm, width, f"src{name}")
+                direction.src, direction.width, direction.src_tm = src, width, src_tm
+                project_inputs(src, width, src_tm, layer.U, bias, states, plan.narrow)
+            WTp = store.get(f"WTp{name}", (H, N), dtype)
+            Wp = store.get(f"Wp{name}", (H, N), dtype)
+            pad_weights(layer.W, WTp, Wp)
+            direction.WTp, direction.Wp = WTp, Wp
+            s = l * D + d
+            if plan.narrow:
+                forward_narrow(WTp, p.activation, p.lengths, p.h0[s], states, h_final[s])
+            else:
+                states[:, 0] = p.h0[s].T
+                forward(layer.W, p.activation, p.lengths, states,
+                        workspace.get("columns", (H * B,), dtype))
+                h_final[s] = states[:, p.lengths, np.arange(B)].T
+            direction.states = states
+            row.append(direction)
+        fw.dirs.append(row)
+    return fw
+
+
+def _reversed_src(fw, src, src_tm, width, name):
+    """src (a state-like array) with its steps reordered for a reverse direction."""
+    out = fw.store.get(name, src.shape, src.dtype)
+    permute_steps(steps(src, src_tm, src.shape[2] if src_tm else src.shape[0]),
+                  steps(out, src_tm, src.shape[2] if src_tm else src.shape[0]),
+                  fw.idx, src_tm, False)
+    return out
