@@ -15,7 +15,7 @@ from .gradcheck import check_grad
 from ._threads import get_num_threads, set_num_threads
 from ._workspace import clear_workspace
 from .params import Layer, Model, Params, init_params
-from . import checkpoint, optim, text
+from . import checkpoint, layer, optim, text
 from .clip import clip_grads
 from .optim import SGD, Adagrad, Adam
 from .sampling import sample
@@ -25,6 +25,6 @@ __all__ = [
     "BPTTResult", "ForwardResult", "Layer", "Model", "Params", "bptt", "check_grad", "clear_workspace", "forward",
     "get_num_threads", "grad", "init_params", "loss", "set_num_threads", "value_and_grad",
     "Adagrad", "Adam", "Codec", "SGD", "StreamBatcher", "checkpoint", "clip_grads", "optim",
-    "sample", "text",
+    "sample", "text", "layer",
 ]
 __version__ = "0.1.0"

@@ -39,6 +39,43 @@ class ForwardResult(NamedTuple):
     p: np.ndarray
 
 
+class LayerOutput(NamedTuple):
+    """What `fastbptt.layer.vjp` and `fastbptt.layer.forward` return as ``out``.
+
+    h : ndarray
+        The top layer's states, (B, T, H D) or (T, H D) (D directions side by side,
+        forward first); zeros at padding steps.
+    h_final : ndarray
+        Each sequence's last real state, in h0's layout: (B, H) or (H,) for one layer,
+        (S, B, H) or (S, H) for a stack, S = layers x directions.
+    c_final : ndarray or None
+        The LSTM's final cell state, like h_final; None for other cells.
+    """
+
+    h: np.ndarray
+    h_final: np.ndarray
+    c_final: Any = None
+
+
+class LayerGrads(NamedTuple):
+    """What ``back`` of `fastbptt.layer.vjp` returns.
+
+    grads
+        The gradients of the layer's params, in the structure that was passed.
+    dx : ndarray or None
+        dL/dx for dense inputs, shaped like x; None for token ids.
+    dh0 : ndarray
+        dL/dh0, shaped like h_final; zeros when h0 was not given.
+    dc0 : ndarray or None
+        The LSTM's dL/dc0; None for other cells.
+    """
+
+    grads: Any
+    dx: Any
+    dh0: np.ndarray
+    dc0: Any = None
+
+
 def pack_grads(problem, grads):
     """Gradients (a `Params`) in the structure the caller passed."""
     return problem.rebuild(grads)

@@ -191,12 +191,15 @@ class Forward:
         for l in range(len(self.dirs) - 1, -1, -1):
             if dh_final is not None:
                 for direction, buf in zip(self.dirs[l], buffers):
-                    _inject_final(p, buf, tm, dh_final[l * D + direction.d], dh0,
-                                  l * D + direction.d, H)
+                    _inject_final(p, buf, tm, dh_final[l * D + direction.d], H)
             below = [self._buffer(d) for d in self.dirs[l - 1]] if l else None
             dX = _dx_targets(self, l, below, need_dx)
             for direction, buf in zip(self.dirs[l], buffers):
                 grads[l][direction.d] = self._layer_backward(direction, buf, dh0, dX)
+                if dh_final is not None and dh0 is not None:
+                    s = l * D + direction.d     # no steps: h_final is h0
+                    empty = p.lengths == 0
+                    dh0[s, empty] += dh_final[s, empty]
             if l:
                 _combine(self, l, below, dX)
                 buffers = below
@@ -249,15 +252,13 @@ def _no_dx(dtype):
     return out
 
 
-def _inject_final(p, buf, tm, dh_final, dh0, s, H):
-    """Add dh_final (B, H) at each sequence's last real step of buf; a sequence of
-    length 0 passes it straight to dh0 (its h_final is h0)."""
+def _inject_final(p, buf, tm, dh_final, H):
+    """Add dh_final (B, H) at each sequence's last real step of buf (a sequence of
+    length 0 has none: its h_final is h0, see `Forward.backward`)."""
     B = p.B
     for b in range(B):
         n = int(p.lengths[b])
         if n == 0:
-            if dh0 is not None:
-                dh0[s, b] += dh_final[b]
             continue
         col = (n - 1) * B + b
         if tm:
@@ -349,6 +350,8 @@ def run_forward(problem, store=workspace):
     """Run every layer and direction; return the `Forward` (states, h_final, ...)."""
     ensure_default_threads()
     p = problem
+    if p.cell != "elman":
+        raise NotImplementedError(f"the {p.cell.upper()} cell's kernels are not built yet")
     plan = make_plan(p)
     L, H, C = p.sizes
     B, T, dtype = p.B, p.T, p.dtype

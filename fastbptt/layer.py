@@ -1,0 +1,203 @@
+"""Recurrent layers with their vector-Jacobian product: any loss on top (SPEC.md §7, §8).
+
+``out, back = fastbptt.layer.vjp(x, params)`` runs one layer, or a stack, forward and
+returns its states and a function that takes dL/dh for every step (the gradient of
+whatever the caller computes from the states) and returns the gradients of the layer's
+weights, of dense inputs, and of the initial state::
+
+    out, back = fastbptt.layer.vjp(x, fastbptt.Layer(U, W, b))
+    logits = out.h_final @ V.T                       # e.g. a label from the last state
+    dh_final = ...                                    # dL/dh_final of the caller's loss
+    r = back(np.zeros_like(out.h), dh_final)
+    r.grads.U, r.grads.W, r.grads.b, r.dx, r.dh0
+
+``back`` may be called any number of times. It keeps the forward pass's states, and the
+inputs it needs (a reordered copy for reverse directions), in arrays of its own: about
+(T + 1) B H numbers per layer and direction, plus the dense inputs' T B L. Later calls
+of other fastbptt functions do not change them. `fastbptt.bptt` is the output layer of
+SPEC.md §1 on top of the same engine.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._inputs import _array, _check_finite, prepare_layer
+from ._results import LayerGrads, LayerOutput
+from ._stack import batch_first, run_forward
+from ._workspace import fresh, workspace
+from .params import Layer, Model
+
+__all__ = ["vjp", "forward", "LayerOutput", "LayerGrads"]
+
+
+def _outputs(problem, fw):
+    """`LayerOutput` in the caller's layout: h (B, T, H D) zero at padding steps, or
+    (T, H D) for one sequence; h_final (B, H), or (S, B, H) for a stack (S = layers x
+    directions), without the batch axis for one sequence."""
+    B, T = problem.B, problem.T
+    H = problem.sizes[1]
+    width = H * problem.directions
+    if B and T:
+        top = fw.top()
+        h = top.reshape(T, B, width).transpose(1, 0, 2) if fw.plan.narrow else \
+            top.reshape(width, T, B).transpose(2, 1, 0)
+        h = np.array(h, order="C")
+        h_final = fw.h_final
+    else:
+        h = np.zeros((B, T, width), problem.dtype)
+        h_final = problem.h0.copy()
+    h_final = _caller_states(problem, h_final)
+    if problem.single:
+        h = h[0]
+    return LayerOutput(h, h_final)
+
+
+def _caller_states(problem, array):
+    """(S, B, H) -> the caller's layout of h0 (see `_outputs`)."""
+    if not problem.stacked:
+        array = array[0]
+        return array[0] if problem.single else array
+    return array[:, 0] if problem.single else array
+
+
+def _upstream(name, value, problem, shape, check_finite):
+    """dh or dh_final as an array of the compute dtype and the caller's ``shape``."""
+    arr = _array(name, value, "floats")
+    if arr.dtype.kind != "f":
+        raise TypeError(f"{name} must hold floats, the gradient of the loss with respect to "
+                        f"the layer's {'states' if name == 'dh' else 'final states'}; got "
+                        f"dtype {arr.dtype}")
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, that of out."
+                         f"{'h' if name == 'dh' else 'h_final'}; got {arr.shape}")
+    _check_finite(name, arr, check_finite)
+    return arr.astype(problem.dtype, copy=False)
+
+
+def _own(problem):
+    """The problem with a private copy of token ids, which the backward pass reads, so
+    that a later `back` cannot see changes the caller makes to their array (dense x, h0
+    and the states are copied anyway)."""
+    if problem.ids:
+        problem.x = np.array(problem.x)
+    return problem
+
+
+class _Back:
+    """``back(dh, dh_final=None, dc_final=None)`` of one `vjp` call."""
+
+    def __init__(self, problem, fw, out, check_finite):
+        self._problem, self._fw, self._out = problem, fw, out
+        self._check_finite = check_finite
+
+    def __call__(self, dh, dh_final=None, dc_final=None):
+        """The gradients of a loss L from dh = dL/dh (the shape of ``out.h``) and,
+        optionally, dh_final = dL/dh_final (the shape of ``out.h_final``).
+
+        Returns a `LayerGrads`: ``grads`` (the layer's params in the caller's structure),
+        ``dx`` (dL/dx for dense inputs, x's shape; None for token ids), ``dh0`` (the shape
+        of h_final; zeros when h0 was not given) and ``dc0`` (None).
+        """
+        p, fw = self._problem, self._fw
+        if dc_final is not None:
+            raise ValueError(f"dc_final is the LSTM's cell-state gradient; the {p.cell} cell "
+                             "has no cell state (pass dc_final=None)")
+        dh = _upstream("dh", dh, p, self._out.h.shape, self._check_finite)
+        final = None
+        if dh_final is not None:
+            final = _upstream("dh_final", dh_final, p, self._out.h_final.shape,
+                              self._check_finite)
+            final = final.reshape(p.h0.shape)
+        B, T = p.B, p.T
+        H = p.sizes[1]
+        if not (B and T):
+            return self._empty(final)
+        width = H * p.directions
+        tm = fw.plan.back_tm
+        mask = p.padding_mask()
+        g = dh.reshape(B, T, width)
+        shape = (T * B, width) if tm else (width, T * B)
+        G = workspace.get("G", shape, p.dtype)
+        if tm:
+            G.reshape(T, B, width)[:] = g.transpose(1, 0, 2)
+            G.reshape(T, B, width)[~mask.T] = 0
+        else:
+            G.reshape(width, T, B)[:] = g.transpose(2, 1, 0)
+            G.reshape(width, T, B)[:, ~mask.T] = 0
+        fw.inject(G)
+        model, dh0, dx = fw.backward(dh_final=final, need_dx=not p.ids)
+        if dh0 is None:
+            dh0 = np.zeros_like(p.h0)
+        if dx is not None and p.single:
+            dx = dx[0]
+        return LayerGrads(p.rebuild(model), dx, _caller_states(p, dh0), None)
+
+    def _empty(self, final):
+        p = self._problem
+        layers = tuple(tuple(Layer(np.zeros_like(d.U), np.zeros_like(d.W),
+                                   None if d.b is None else np.zeros_like(d.b), None)
+                             for d in directions) for directions in p.model.layers)
+        dh0 = np.zeros_like(p.h0)
+        if final is not None and p.h0_given:
+            dh0 += final                   # no steps: h_final is h0
+        dx = None if p.ids else np.zeros((p.B, p.T, p.sizes[0]), p.dtype)
+        if dx is not None and p.single:
+            dx = dx[0]
+        return LayerGrads(p.rebuild(Model(layers)), dx, _caller_states(p, dh0), None)
+
+
+def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=None,
+        reverse=False, truncate=None, stride=1, check_finite=True):
+    """Run a layer (or a stack) forward; return ``(out, back)``.
+
+    Parameters
+    ----------
+    x : array_like
+        Integer token ids, (T,) or (B, T), or dense floats, (T, L) or (B, T, L).
+    params : fastbptt.Layer, dict, tuple, or a stack
+        One layer: U (G H, L), W (G H, H) and optionally b (G H,) (a `Layer`, a dict with
+        keys U, W, b or a tuple (U, W[, b])). A stack: a `Model` or a dict with
+        ``layers`` (``layers[l][d]``, d = 0 forward, 1 reverse); its head, if any, is not
+        used. All float32 or all float64: the compute dtype.
+    cell : {"elman", "gru", "lstm"} or None
+        None reads the cell off W's shape; given, it must agree.
+    activation : {"tanh", "sigmoid", "relu", "identity"}
+        Elman only.
+    h0 : array_like, optional
+        Initial state: (H,) or (B, H) for one layer, (S, H) or (S, B, H) for a stack
+        (S = layers x directions, PyTorch's order). Zeros when omitted.
+    lengths : array_like, optional
+        (B,) sequence lengths: steps t >= lengths[b] are padding.
+    reverse : bool
+        One layer only: read each sequence from its last real step back to its first.
+    truncate, stride : int
+        BPTT(k; s) (SPEC.md §3): the gradient ``back`` injects at step t (dh[t], and
+        dh_final at the last real step) flows back through steps t ... lo(t) only.
+        Windows (stride < truncate) need one layer; no truncation with reverse directions.
+    check_finite : bool
+        Raise ValueError for NaN or inf in params, x, h0 (and in ``back``'s arguments).
+
+    Returns
+    -------
+    out : LayerOutput
+        ``h``: the top layer's states, (B, T, H D) or (T, H D), zero at padding steps;
+        ``h_final``: each sequence's last real state, shaped like h0; ``c_final``: None.
+    back : callable
+        ``back(dh, dh_final=None, dc_final=None)`` -> `LayerGrads`.
+    """
+    problem = prepare_layer(x, params, cell=cell, activation=activation, h0=h0, c0=c0,
+                            lengths=lengths, reverse=reverse, truncate=truncate, stride=stride,
+                            check_finite=check_finite)
+    _own(problem)
+    fw = run_forward(problem, store=fresh) if problem.B and problem.T else None
+    out = _outputs(problem, fw)
+    return out, _Back(problem, fw, out, check_finite)
+
+
+def forward(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=None,
+            reverse=False, check_finite=True):
+    """`vjp`'s ``out`` alone (nothing is kept for a backward pass)."""
+    problem = prepare_layer(x, params, cell=cell, activation=activation, h0=h0, c0=c0,
+                            lengths=lengths, reverse=reverse, check_finite=check_finite)
+    fw = run_forward(problem) if problem.B and problem.T else None
+    return _outputs(problem, fw)
