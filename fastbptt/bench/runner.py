@@ -18,7 +18,7 @@ from .agreement import Agreement, compare
 from .peers import PEERS, get_threads, set_threads
 from .timing import (ENVIRONMENT, Timing, busy_cpus, gemm_peak, machine_info, measure,
                      openblas_warnings)
-from .workloads import WORKLOADS, Workload, make_data
+from .workloads import DEFAULT, WORKLOADS, Workload, make_data
 
 __all__ = ["PeerResult", "WorkloadResult", "BenchReport", "run"]
 
@@ -160,7 +160,7 @@ def _scaling(result, call, repeat, budget):
             set_threads(result.threads)
 
 
-def run(names=tuple(WORKLOADS), threads=1, repeat=50, budget=2.0, with_peers=True,
+def run(names=DEFAULT, threads=1, repeat=50, budget=2.0, with_peers=True,
         reference=False, startup=False):
     """Measure; returns a `BenchReport` (printing progress and agreement checks)."""
     environment = {name: os.environ.get(name) for name in ENVIRONMENT}
