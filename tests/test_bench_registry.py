@@ -1,7 +1,16 @@
-"""The bench's registry: workloads, flop counts and data."""
+"""The bench's registry: workloads, flop counts, data, and the peers' agreement on tiny
+versions of the stacked, bidirectional, gated and layer workloads (S1-S3, G1-G5).
+
+The peer tests need PyTorch and/or JAX and skip with the reason where they are missing.
+"""
+import itertools
+
 import numpy as np
 import pytest
 
+from fastbptt.bench import fastbptt_stack
+from fastbptt.bench.agreement import compare
+from fastbptt.bench.peers import PEERS, as_numpy
 from fastbptt.bench.stacks import GATES, flatten, grad_names
 from fastbptt.bench.workloads import GROUPS, WORKLOADS, make_data, select
 
@@ -126,3 +135,71 @@ def test_select_takes_names_and_groups():
     for bad in ("S4", "", "X"):
         with pytest.raises(ValueError):
             select(bad)
+
+
+def test_every_workload_has_fastbptt_and_the_framework_peers():
+    for name in WORKLOADS:
+        assert PEERS["fastbptt"].runs(name)
+    for name in ("W2", "W3", "W5") + NEW:
+        assert PEERS["PyTorch"].runs(name) and PEERS["JAX"].runs(name)
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_fastbptt_says_what_it_lacks_or_runs(name):
+    reason = PEERS["fastbptt"].unavailable(WORKLOADS[name])
+    assert reason is None or reason.startswith("fastbptt has no ")
+
+
+def test_fastbptt_call_passes_weights_and_returns_gradients_in_order(monkeypatch):
+    """The adapter against stand-ins for the stacked API it is written for: the weights
+    reach `fastbptt.bptt` in their places, and its gradients come back flat in order."""
+    import collections
+
+    import fastbptt
+
+    Layer = collections.namedtuple("Layer", "U W b bh", defaults=(None, None))
+    Model = collections.namedtuple("Model", "layers V c")
+
+    def init_params(L, H, C, **options):
+        directions = 2 if options["bidirectional"] else 1
+        return Model([[Layer(None, None)] * directions] * options["num_layers"], None, None)
+
+    Result = collections.namedtuple("Result", "loss grads")
+    monkeypatch.setattr(fastbptt, "Layer", Layer, raising=False)
+    monkeypatch.setattr(fastbptt, "Model", Model, raising=False)
+    monkeypatch.setattr(fastbptt, "init_params", init_params)
+    monkeypatch.setattr(fastbptt, "bptt", lambda x, y, model: Result(1.5, model))
+    w = tiny("G5")
+    assert fastbptt_stack.unavailable(w) is None
+    x, y, stack = make_data(w)
+    loss, grads = fastbptt_stack.make(w, x, y, stack)()
+    assert loss == 1.5
+    assert all(g is s for g, s in zip(grads, flatten(stack.layers, stack.V), strict=True))
+
+
+def _framework_outcomes(w, data):
+    """{implementation: (loss, grads)} from both PyTorch variants and JAX, where installed."""
+    outcomes = {}
+    if PEERS["PyTorch"].unavailable(w) is None:
+        from fastbptt.bench.torch_stack import variants
+        for variant, run in variants(w, *data).items():
+            outcomes[f"PyTorch {variant}"] = run()
+    if PEERS["JAX"].unavailable(w) is None:
+        outcomes["JAX"] = PEERS["JAX"].make(w, *data)()
+    return outcomes
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_peers_agree_on_a_tiny_version(name):
+    w = tiny(name)
+    data = make_data(w)
+    outcomes = _framework_outcomes(w, data)
+    if len(outcomes) < 2:
+        pytest.skip("needs PyTorch or JAX (neither is installed)")
+    for (a, out_a), (b, out_b) in itertools.combinations(outcomes.items(), 2):
+        agreement = compare(a, w, out_a, out_b, against=b)
+        assert agreement.ok, agreement.describe()
+    loss, grads = as_numpy(next(iter(outcomes.values())))
+    assert np.isfinite(loss).all() and all(np.abs(g).max() > 0 for g in grads)
+    if w.kind == "layer":
+        assert loss.shape == data[1].shape and grads[-1].shape == data[0].shape

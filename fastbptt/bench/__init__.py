@@ -8,6 +8,8 @@ PyTorch, JAX, matplotlib or tqdm until a measurement asks for them.
   flop counts; `stacks`: the stacked and gated workloads' weights, in one neutral form.
 - `peers`: the one registry of implementations (fastbptt, the documents' loop, PyTorch,
   JAX) that the command and both suites time, and the thread control for all of them.
+  Each family is a module: `torch_peer` and `jax_peer` run W1 ... W5, `torch_stack`,
+  `jax_stack` and `fastbptt_stack` the stacked, gated and layer workloads.
 - `agreement`: checks a peer's loss and gradients against fastbptt's before it is timed.
 - `timing`: medians of repeated calls, the gemm peak of this process, machine info.
 - `startup`: warm start, cold compile and W5 peak memory, each in a fresh subprocess.

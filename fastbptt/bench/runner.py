@@ -124,7 +124,7 @@ def _peers_for(name, with_peers, reference):
 
 
 def _time_peer(peer, workload, data, expected, repeat, budget, progress):
-    reason = peer.unavailable()
+    reason = peer.unavailable(workload)
     if reason:
         progress.write(f"  {workload.name} {peer.name}: skipped, {reason}")
         return PeerResult("unavailable", note=reason)
