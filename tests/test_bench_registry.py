@@ -203,3 +203,20 @@ def test_peers_agree_on_a_tiny_version(name):
     assert np.isfinite(loss).all() and all(np.abs(g).max() > 0 for g in grads)
     if w.kind == "layer":
         assert loss.shape == data[1].shape and grads[-1].shape == data[0].shape
+
+
+def test_bench_times_the_peers_of_a_workload_fastbptt_cannot_run(monkeypatch):
+    """`fastbptt bench` on a tiny S1: the peers are checked (against fastbptt or each
+    other) and timed, and the table, the JSON and the notes say what ran."""
+    import json
+
+    from fastbptt.bench import report, runner, workloads
+
+    monkeypatch.setitem(workloads.WORKLOADS, "S1", tiny("S1"))
+    result = runner.run(names=("S1",), repeat=3, budget=0.05)
+    (r,) = result.results
+    assert (r.fastbptt is None) == bool(r.skipped)
+    assert {entry.status for entry in r.peers.values()} <= {"timed", "unavailable"}
+    text = report.table(result)
+    assert "S1" in text and "GF/s (% peak)" in text
+    json.dumps(report.as_json(result))

@@ -119,8 +119,9 @@ WORKLOADS = {w.name: w for w in [
 ]}
 
 GROUPS = {group: tuple(n for n in WORKLOADS if n[0] == group) for group in "WSG"}
-# what `fastbptt bench` runs without --workloads
-DEFAULT = GROUPS["W"]
+# what `fastbptt bench` runs without --workloads: all of them, about a minute on one core
+# of the README's machine with PyTorch and JAX (G4 and G5 take seconds a call)
+DEFAULT = tuple(WORKLOADS)
 
 
 def select(text):
