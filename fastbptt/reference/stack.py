@@ -150,15 +150,16 @@ def layer_vjp(x, params, **options):
     problem = prepare_layer(x, params, **options)
     fw = Forward(problem)
     out = _output(problem, fw)
+    check = options.get("check_finite", True)
 
     def back(dh, dh_final=None, dc_final=None):
         S, B, H = problem.h0.shape
         if dc_final is not None and problem.cell != "lstm":
             raise ValueError(f"dc_final is the LSTM's cell-state gradient; the {problem.cell} "
                              "cell has no cell state (pass dc_final=None)")
-        dh = _upstream("dh", dh, problem, out.h.shape, True).reshape(fw.h.shape)
+        dh = _upstream("dh", dh, problem, out.h.shape, check).reshape(fw.h.shape)
         finals = [None if v is None else
-                  _upstream(name, v, problem, out.h_final.shape, True).reshape(S, B, H)
+                  _upstream(name, v, problem, out.h_final.shape, check).reshape(S, B, H)
                   for name, v in (("dh_final", dh_final), ("dc_final", dc_final))]
         if finals[0] is None and finals[1] is not None:
             finals[0] = np.zeros((S, B, H), problem.dtype)
