@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-__all__ = ["State", "activate", "derivative", "sigmoid", "CELLS"]
+__all__ = ["State", "add", "activate", "derivative", "sigmoid", "CELLS"]
 
 
 class State(NamedTuple):
@@ -24,6 +24,13 @@ class State(NamedTuple):
 
     h: np.ndarray
     c: Optional[np.ndarray] = None
+
+
+def add(a, b):
+    """a + b for two States (or their gradients); None stands for zero."""
+    if a is None or b is None:
+        return b if a is None else a
+    return State(a.h + b.h, None if a.c is None else a.c + b.c)
 
 
 def sigmoid(a):

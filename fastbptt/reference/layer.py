@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cells import State
+from .cells import State, add
 
 __all__ = ["Run", "run", "sweep", "window_start", "windows"]
 
@@ -84,22 +84,20 @@ def run(layer, cell, activation, inputs, start, reverse=False):
 def sweep(layer, cell, activation, r, inject, lo, hi, grads, dx, final=None):
     """Carry gradients back through positions hi ... lo of run ``r``.
 
-    inject (n, H): dL/dh_t added when the sweep reaches step t; final: a `State` of
-    dL/dh_final (and dL/dc_final) added at the last position, n-1, if the sweep starts
-    there. Adds the layer's gradients into ``grads`` (a `Layer` of arrays) and U^T dL/dgi
-    into dx[t]. Returns dL/d(start) as a `State` when lo is 0, else None.
+    inject (n, H): dL/dh_t added when the sweep reaches step t; final: None, or a `State`
+    of dL/dh_final (and, for the LSTM, dL/dc_final) added at the last position, n-1, if
+    the sweep starts there. Adds the layer's gradients into ``grads`` (a `Layer` of
+    arrays) and U^T dL/dgi into dx[t]. Returns dL/d(start) as a `State` when lo is 0,
+    else None (the state before lo is frozen).
     """
-    H = r.start.h.shape[0]
-    carry = State(np.zeros(H, r.start.h.dtype),
-                  None if r.start.c is None else np.zeros(H, r.start.h.dtype))
+    zeros = np.zeros_like(r.start.h)
+    carry = State(zeros, None if r.start.c is None else zeros)
     for i in range(hi, lo - 1, -1):
         t = r.order[i]
-        dh, dc = carry.h + inject[t], carry.c
-        if final is not None and i == len(r.order) - 1:
-            dh = dh + final.h
-            if dc is not None:
-                dc = dc + final.c
-        dgi, dgh, dh_direct, dc_before = cell.step_back(r.caches[i], dh, dc, activation)
+        carry = State(carry.h + inject[t], carry.c)
+        if i == len(r.order) - 1:
+            carry = add(carry, final)
+        dgi, dgh, dh_direct, dc_before = cell.step_back(r.caches[i], *carry, activation)
         grads.U[:] += np.outer(dgi, r.inputs[i])
         grads.W[:] += np.outer(dgh, r.before(i).h)
         if grads.b is not None:

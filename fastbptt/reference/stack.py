@@ -13,7 +13,7 @@ from .._inputs import prepare_layer
 from .._results import LayerGrads, LayerOutput
 from ..layer import _caller_states, _upstream
 from ..params import Layer, Model
-from .cells import CELLS, State
+from .cells import CELLS, State, add
 from .layer import run, sweep, windows
 
 __all__ = ["layer_vjp", "layer_forward", "input_column", "initial_states", "run_stack", "top",
@@ -73,10 +73,7 @@ def _backward_sequence(problem, runs, dh, finals, grads, dx):
                 hi = max(r.order.index(t) for t in outputs)
                 reached = sweep(layer, cell, problem.activation, r, inject[:, d * H:(d + 1) * H],
                                 lo, hi, grads[l][d], below, finals[s])
-                if reached is not None:
-                    starts[s] = reached if starts[s] is None else State(
-                        starts[s].h + reached.h,
-                        None if reached.c is None else starts[s].c + reached.c)
+                starts[s] = add(starts[s], reached)
             inject = below
         dx += inject
     return starts
@@ -106,8 +103,9 @@ class Forward:
 
     def backward(self, dh, dh_final=None, dc_final=None):
         """(Model of layer gradients, dx (B, T, L), dh0 (S, B, H), dc0 or None) from dh
-        (B, T, H D) and optionally dh_final, dc_final (S, B, H). dh0 (dc0) is zeros when h0
-        (c0) was not given; dx is zeros at padding steps."""
+        (B, T, H D) and optionally dh_final and, for the LSTM, dc_final (S, B, H; both or
+        neither). dh0 (dc0) is zeros when h0 (c0) was not given; dx is zeros at padding
+        steps."""
         p = self.problem
         grads = [[Layer(*(None if v is None else np.zeros_like(v) for v in layer))
                   for layer in directions] for directions in p.model.layers]
@@ -118,8 +116,7 @@ class Forward:
         for b, runs in enumerate(self.runs):
             n = int(p.lengths[b])
             finals = [None if dh_final is None else
-                      State(dh_final[s, b], None if dc0 is None else
-                            (np.zeros_like(dh0[s, b]) if dc_final is None else dc_final[s, b]))
+                      State(dh_final[s, b], None if dc_final is None else dc_final[s, b])
                       for s in range(S)]
             if n == 0:                   # no steps: h_final is h0
                 reached = finals
@@ -161,8 +158,8 @@ def layer_vjp(x, params, **options):
         finals = [None if v is None else
                   _upstream(name, v, problem, out.h_final.shape, check).reshape(S, B, H)
                   for name, v in (("dh_final", dh_final), ("dc_final", dc_final))]
-        if finals[0] is None and finals[1] is not None:
-            finals[0] = np.zeros((S, B, H), problem.dtype)
+        if problem.cell == "lstm" and (finals[0] is None) != (finals[1] is None):
+            finals = [np.zeros((S, B, H), problem.dtype) if v is None else v for v in finals]
         model, dx, dh0, dc0 = fw.backward(dh, *finals)
         dx = None if problem.ids else (dx[0] if problem.single else dx)
         return LayerGrads(problem.rebuild(model), dx, _caller_states(problem, dh0),
