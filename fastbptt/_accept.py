@@ -23,6 +23,12 @@ def _plain(arr, dtypes):
     return type(arr) is np.ndarray and _scannable(arr, dtypes)
 
 
+def _as_params(g):
+    """The `Params` of a one-layer Model of gradients."""
+    layer = g.layers[0][0]
+    return Params(layer.U, layer.W, g.V, layer.b, g.c)
+
+
 def _ids_within(arr, low, high):
     lo, hi = id_range(arr.reshape(-1))
     return low <= lo and hi < high
@@ -84,7 +90,7 @@ def accept(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="so
                    lengths=_lengths(None, B, T, single, x.shape),
                    h0=np.zeros((1, B, H), dtype) if h0 is None else h0.reshape(1, B, H).copy(),
                    h0_given=h0 is not None, model=Model(((Layer(U, W, b),),), V, c),
-                   rebuild=lambda g: rebuild(Params(g.layers[0][0].U, g.layers[0][0].W, g.V,
-                                                    g.layers[0][0].b, g.c)),
+                   rebuild=_as_params if type(params) is Params else
+                   lambda g: rebuild(_as_params(g)),
                    activation=act, loss=loss_code, truncate=truncate, stride=stride,
                    B=B, T=T, sizes=(L, H, C), dtype=dtype)

@@ -26,7 +26,7 @@ LOSSES = {"softmax_ce": 0, "mse": 1}
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-@dataclass
+@dataclass(slots=True)
 class Problem:
     """One validated call: batch-first arrays in the compute dtype, plus the options."""
 

@@ -19,7 +19,7 @@ Layer l > 0 of a bidirectional stack reads [h_fwd_t, h_rev_t], 2H features.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from ._kernels.matvec import pad_weights, padded, passes
 from ._kernels.narrow import NARROW, backward_narrow, forward_narrow, to_feature_major
 from ._threads import ensure_default_threads, threads_in_use
 from ._workspace import workspace
-from .params import Layer, Model
+from .params import Layer
 
 # Most bytes of W the narrow kernels may stream per step, one pass over W per group of
 # up to four sequences (`matvec.passes`), when BLAS runs on one thread. Measured here,
@@ -56,8 +56,7 @@ def _narrow(problem):
     return problem.narrow
 
 
-@dataclass
-class Plan:
+class Plan(NamedTuple):
     narrow: bool          # states time-major (forward layout)
     chunk: int            # where the backward sweep cuts: T + 1 never, k chunks, 0 lag-major
     back_tm: bool         # the backward pass runs time-major
@@ -105,6 +104,9 @@ def batch_first(states, time_major, H):
 class Direction:
     """One direction of one layer after the forward pass."""
 
+    __slots__ = ("l", "d", "layer", "reverse", "states", "src", "width", "src_tm", "ids",
+                 "WTp", "Wp")
+
     def __init__(self, l, d, layer, reverse):
         self.l, self.d, self.layer, self.reverse = l, d, layer, reverse
         self.states = None       # (H, T+1, B) or (T+1, B, N), in this direction's step order
@@ -115,50 +117,75 @@ class Direction:
         self.WTp = self.Wp = None
 
 
-@dataclass
 class Forward:
-    problem: object
-    plan: Plan
-    dirs: list                   # dirs[l][d]: Direction
-    h_final: np.ndarray          # (layers x directions, B, H)
-    idx: object                  # reversal index (T B,), or None
-    store: object                # where the kept arrays come from: the workspace, or fresh
-                                 # ones for a backward pass that outlives the call
+    """What the forward pass leaves for the backward pass.
 
-    @property
-    def H(self):
-        return self.problem.sizes[1]
+    The workspace keeps one per shape of call (`_forward_for`), with its directions'
+    arrays and the views taken of them, and the calls of that shape that follow (a
+    training loop's) reuse it: a small call then pays for little beyond its kernels.
+    """
+
+    __slots__ = ("problem", "plan", "dirs", "h_final", "idx", "store", "H", "_buffers",
+                 "_views")
+
+    def __init__(self, problem, plan, store):
+        self.problem, self.plan = problem, plan
+        self.h_final = self.idx = None
+        self.store = store       # where the kept arrays come from: the workspace, or
+        self.dirs = []           # fresh ones for a backward pass that outlives the call
+        self.H = problem.sizes[1]
+        self._buffers = None
+        self._views = {}
+
+    def scratch(self, name, shape, dtype):
+        """A workspace array, remembered for the calls that reuse this Forward."""
+        key = (name, shape)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = workspace.get(name, shape, dtype)
+        return view
 
     def top(self):
         """The top layer's outputs h_t (H D features) in step order, as a 2-D view of the
         forward layout ((T B, H D) time-major, (H D, T B) feature-major)."""
         top = self.dirs[-1]
         if len(top) == 1 and not top[0].reverse:
-            return steps(top[0].states, self.plan.narrow, self.H)
+            view = self._views.get("top")
+            if view is None:
+                view = self._views["top"] = steps(top[0].states, self.plan.narrow, self.H)
+            return view
         return steps(_natural_output(self, len(self.dirs), "top"), self.plan.narrow,
                      self.H * len(top))
 
     def backward_states(self, direction):
         """A direction's states in the backward pass's layout (a feature-major copy when
-        a narrow batch runs lag-major)."""
+        a narrow batch runs lag-major, made by `convert_states`)."""
         if self.plan.narrow == self.plan.back_tm:
             return direction.states
         p = self.problem
-        hs = workspace.get(f"hs{direction.l}.{direction.d}~", (self.H, p.T + 1, p.B), p.dtype)
-        to_feature_major(direction.states, hs)
-        return hs
+        return self.scratch(f"hs{direction.l}.{direction.d}~", (self.H, p.T + 1, p.B), p.dtype)
+
+    def convert_states(self):
+        """Make the feature-major copies `backward_states` returns, where needed: once
+        after the forward pass, before the first `backward_states`."""
+        if self.plan.narrow != self.plan.back_tm:
+            for row in self.dirs:
+                for direction in row:
+                    to_feature_major(direction.states, self.backward_states(direction))
 
     def gradient_buffers(self):
         """For each direction of the top layer, its (G H, T B) or (T B, N) array that must
         hold G_t = dL/dh_t (in that direction's step order) before `backward`."""
-        return [self._buffer(d) for d in self.dirs[-1]]
+        if self._buffers is None:
+            self._buffers = [self._buffer(d) for d in self.dirs[-1]]
+        return self._buffers
 
     def _buffer(self, direction):
         p, H = self.problem, self.H
         name = f"delta{direction.l}.{direction.d}"
         if self.plan.back_tm:
-            return workspace.get(name, (p.T * p.B, direction.states.shape[2]), p.dtype)
-        return workspace.get(name, (H, p.T * p.B), p.dtype)
+            return self.scratch(name, (p.T * p.B, direction.states.shape[2]), p.dtype)
+        return self.scratch(name, (H, p.T * p.B), p.dtype)
 
     def inject(self, G):
         """Put G_t (2-D in step order, layout of the backward pass, H D features) into the
@@ -178,8 +205,9 @@ class Forward:
         """Every layer's gradients from the top layer's G (`gradient_buffers`).
 
         dh_final (layers x directions, B, H), optional: dL/dh_final, injected at each
-        sequence's last real step. Returns (Model of layer gradients, dh0 (layers x
-        directions, B, H) or None when h0 was not given, dx (B, T, L) or None).
+        sequence's last real step. Returns (layers of gradients, ``layers[l][d]`` a
+        `Layer`; dh0 (layers x directions, B, H) or None when h0 was not given; dx (B, T, L)
+        or None).
         """
         p, plan, H = self.problem, self.plan, self.H
         D = len(self.dirs[0])
@@ -205,8 +233,7 @@ class Forward:
                 buffers = below
             elif dX is not None:
                 dx = _user_dx(self, dX)
-        layers = tuple(tuple(g) for g in grads)
-        return Model(layers), dh0, dx
+        return tuple(map(tuple, grads)), dh0, dx
 
     def _layer_backward(self, direction, buf, dh0, dX):
         """One direction's backward pass from G in buf: its Layer of gradients; dL/dh0
@@ -223,17 +250,18 @@ class Forward:
             backward_narrow(states, direction.Wp, layer.W, p.activation, plan.chunk, buf,
                             dW, db, out)
         else:
-            dh0_t = workspace.get("dh0", (H, B if dh0 is not None else 0), dtype)
+            dh0_t = self.scratch("dh0" if dh0 is not None else "no dh0",
+                                 (H, B if dh0 is not None else 0), dtype)
             backward(states, direction.WTp, p.activation, plan.chunk, p.truncate or 0,
-                     p.stride, buf, workspace.get("fprime", (H, T * B), dtype),
-                     workspace.get("lags", (2, H, T * B) if plan.chunk == 0 else (2, H, 0),
-                                   dtype), dW, db, dh0_t)
+                     p.stride, buf, self.scratch("fprime", (H, T * B), dtype),
+                     self.scratch("lags", (2, H, T * B) if plan.chunk == 0 else (2, H, 0),
+                                  dtype), dW, db, dh0_t)
             if dh0 is not None:
                 dh0[s] = dh0_t.T
         if direction.src is None:
             N = buf.shape[1] if plan.back_tm else 0
             scatter_ids(buf, plan.back_tm, direction.ids, dU,
-                        workspace.get("dUT", (p.sizes[0] if plan.back_tm else 0, N), dtype))
+                        self.scratch("dUT", (p.sizes[0] if plan.back_tm else 0, N), dtype))
         else:
             target = dX[direction.d] if dX is not None else _no_dx(dtype)
             dense_grads(buf, plan.back_tm, direction.src, direction.width, direction.src_tm,
@@ -346,6 +374,38 @@ def _dense_x(p, store):
     return xs
 
 
+def _forward_for(p, plan, store):
+    """A `Forward` for the problem: its directions with the arrays the forward pass fills
+    (states, W^T and W padded). The workspace's are kept per shape of call."""
+    D = len(p.model.layers[0])
+    key = None
+    if store is workspace:
+        key = (plan.narrow, plan.back_tm, p.B, p.T, p.sizes, p.dtype.num, p.ids,
+               len(p.model.layers), D, p.reverse)
+        fw = store.get_object(key)
+        if fw is not None:
+            fw.problem, fw.plan = p, plan
+            return fw
+    fw = Forward(p, plan, store)
+    H, B, T, dtype = p.sizes[1], p.B, p.T, p.dtype
+    N = padded(H, dtype)
+    for l in range(len(p.model.layers)):
+        row = []
+        for d in range(D):
+            direction = Direction(l, d, None, d == 1 or p.reverse)
+            if plan.narrow:
+                direction.states = store.get(f"seqs{l}.{d}", (T + 1, B, N), dtype)
+            else:
+                direction.states = store.get(f"hs{l}.{d}", (H, T + 1, B), dtype)
+            direction.WTp = store.get(f"WTp{l}.{d}", (H, N), dtype)
+            direction.Wp = store.get(f"Wp{l}.{d}", (H, N), dtype)
+            row.append(direction)
+        fw.dirs.append(row)
+    if key is not None:
+        store.put_object(key, fw)
+    return fw
+
+
 def run_forward(problem, store=workspace):
     """Run every layer and direction; return the `Forward` (states, h_final, ...)."""
     ensure_default_threads()
@@ -355,19 +415,17 @@ def run_forward(problem, store=workspace):
     plan = make_plan(p)
     L, H, C = p.sizes
     B, T, dtype = p.B, p.T, p.dtype
-    D = p.directions
-    any_reverse = D == 2 or p.reverse
+    D = len(p.model.layers[0])
     idx = None
-    if any_reverse:
+    if D == 2 or p.reverse:
         idx = np.empty(T * B, np.int64)
         reversal_index(p.lengths, T, idx)
-    h_final = np.empty((p.num_layers * D, B, H), dtype)
-    fw = Forward(p, plan, [], h_final, idx, store)
-    N = padded(H, dtype)
+    fw = _forward_for(p, plan, store)
+    fw.h_final = h_final = np.empty((len(p.model.layers) * D, B, H), dtype)
+    fw.idx = idx
     x_ids = p.x.T.reshape(-1) if p.ids else None
     x_dense = None if p.ids else _dense_x(p, store)
     for l, layers in enumerate(p.model.layers):
-        row = []
         below = None
         if l:
             lower = fw.dirs[l - 1]
@@ -375,15 +433,10 @@ def run_forward(problem, store=workspace):
                 below = (lower[0].states, H, plan.narrow)
             else:
                 below = (_natural_output(fw, l, "cat"), H * len(lower), plan.narrow)
-        for d, layer in enumerate(layers):
-            direction = Direction(l, d, layer, d == 1 or p.reverse)
-            name = f"{l}.{d}"
-            G = layer.W.shape[0]
-            bias = bias_or_zeros(layer.b, G, dtype)
-            if plan.narrow:
-                states = store.get(f"seqs{name}", (T + 1, B, N), dtype)
-            else:
-                states = store.get(f"hs{name}", (H, T + 1, B), dtype)
+        for direction, layer in zip(fw.dirs[l], layers):
+            direction.layer = layer
+            states = direction.states
+            bias = bias_or_zeros(layer.b, layer.W.shape[0], dtype)
             if l == 0 and p.ids:
                 direction.ids = x_ids[idx] if direction.reverse else x_ids
                 gather_inputs(direction.ids, layer.U, bias, states, plan.narrow)
@@ -393,24 +446,19 @@ def run_forward(problem, store=workspace):
                 else:
                     src, width, src_tm = below
                 if direction.reverse:
-                    src = _reversed_src(fw, src, src_tm, width, f"src{name}")
+                    src = _reversed_src(fw, src, src_tm, width, f"src{l}.{direction.d}")
                 direction.src, direction.width, direction.src_tm = src, width, src_tm
                 project_inputs(src, width, src_tm, layer.U, bias, states, plan.narrow)
-            WTp = store.get(f"WTp{name}", (H, N), dtype)
-            Wp = store.get(f"Wp{name}", (H, N), dtype)
-            pad_weights(layer.W, WTp, Wp)
-            direction.WTp, direction.Wp = WTp, Wp
-            s = l * D + d
+            pad_weights(layer.W, direction.WTp, direction.Wp)
+            s = l * D + direction.d
             if plan.narrow:
-                forward_narrow(WTp, p.activation, p.lengths, p.h0[s], states, h_final[s])
+                forward_narrow(direction.WTp, p.activation, p.lengths, p.h0[s], states,
+                               h_final[s])
             else:
                 states[:, 0] = p.h0[s].T
                 forward(layer.W, p.activation, p.lengths, states,
-                        workspace.get("columns", (H * B,), dtype))
+                        fw.scratch("columns", (H * B,), dtype))
                 h_final[s] = states[:, p.lengths, np.arange(B)].T
-            direction.states = states
-            row.append(direction)
-        fw.dirs.append(row)
     return fw
 
 

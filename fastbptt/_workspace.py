@@ -19,6 +19,7 @@ class Workspace(threading.local):
     def __init__(self):
         self._buffers = {}
         self._views = {}
+        self._objects = {}
 
     def get(self, name, shape, dtype):
         """An uninitialised array of ``shape`` and ``dtype``, reusing the buffer ``name``.
@@ -37,6 +38,7 @@ class Workspace(threading.local):
             raw = np.empty(nbytes + ALIGN, np.uint8)
             self._buffers[name] = raw
             self._views = {k: v for k, v in self._views.items() if k[0] != name}
+            self._objects.clear()
         start = -raw.ctypes.data % ALIGN
         view = raw[start:start + nbytes].view(dtype).reshape(shape)
         if len(self._views) >= _MAX_VIEWS:
@@ -44,9 +46,21 @@ class Workspace(threading.local):
         self._views[key] = view
         return view
 
+    def get_object(self, key):
+        """What `put_object` kept under ``key`` (objects holding views of this thread's
+        buffers, reused by calls of the same shape; forgotten when a buffer is replaced),
+        or None."""
+        return self._objects.get(key)
+
+    def put_object(self, key, value):
+        if len(self._objects) >= _MAX_VIEWS:
+            self._objects.clear()
+        self._objects[key] = value
+
     def clear(self):
         self._buffers.clear()
         self._views.clear()
+        self._objects.clear()
 
 
 def aligned_empty(shape, dtype):
@@ -64,6 +78,7 @@ class Fresh:
     @staticmethod
     def get(name, shape, dtype):
         return aligned_empty(shape, dtype)
+
 
 
 workspace = Workspace()

@@ -20,26 +20,29 @@ def _validate(x, y, params, **options):
     return accept(x, y, params, **options) or prepare(x, y, params, **options)
 
 
-def _kernel_targets(problem):
+_NO_IDS = np.empty(0, np.int64)
+
+
+def _kernel_targets(problem, fw):
     """y for the kernels: ids (T B,) or dense (C, T B), the other empty."""
     if problem.y_ids:
-        return problem.y.T.reshape(-1), np.empty((0, 0), problem.dtype)
+        return problem.y.T.reshape(-1), fw.scratch("no y", (0, 0), problem.dtype)
     dense = np.ascontiguousarray(problem.y.transpose(2, 1, 0)).reshape(-1, problem.T * problem.B)
-    return np.empty(0, np.int64), dense
+    return _NO_IDS, dense
 
 
 def _errors(problem, fw):
     """(loss, err (C, T B)) of the output layer over the top layer's states."""
     model = problem.model
     C = problem.sizes[2]
-    y_ids, y_dense = _kernel_targets(problem)
+    y_ids, y_dense = _kernel_targets(problem, fw)
     n = problem.T * problem.B
-    err = workspace.get("err", (C, n), problem.dtype)
     total = output_errors(fw.top(), fw.plan.narrow, model.V,
                           bias_or_zeros(model.c, C, problem.dtype), problem.loss, y_ids,
-                          y_dense, problem.y_ids, problem.lengths, err,
-                          workspace.get("sums", (6, n), np.float64))
-    return float(total), err
+                          y_dense, problem.y_ids, problem.lengths,
+                          fw.scratch("err", (C, n), problem.dtype),
+                          fw.scratch("sums", (6, n), np.float64))
+    return float(total), fw.scratch("err", (C, n), problem.dtype)
 
 
 def _head_backward(problem, fw, err):
@@ -49,6 +52,7 @@ def _head_backward(problem, fw, err):
     dV, dc = np.empty(model.V.shape, dtype), np.empty(C, dtype)
     tm = fw.plan.back_tm
     top = fw.dirs[-1]
+    fw.convert_states()
     if len(top) == 1 and not top[0].reverse:
         states = steps(fw.backward_states(top[0]), tm, H)
         G = fw.gradient_buffers()[0]
@@ -79,8 +83,9 @@ def _solve(problem):
     total, err = _errors(problem, fw)
     dV, dc = _head_backward(problem, fw, err)
     layers, dh0, _ = fw.backward()
-    grads = Model(layers.layers, dV, dc if model.c is not None else None)
-    return total, grads, fw.h_final, dh0 if dh0 is not None else np.zeros_like(problem.h0)
+    grads = Model(layers, dV, dc if model.c is not None else None)
+    return total, grads, fw.h_final, \
+        dh0 if dh0 is not None else np.zeros(problem.h0.shape, dtype)
 
 
 def _states_out(problem, array):

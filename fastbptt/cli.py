@@ -2,8 +2,9 @@
 
 ``fastbptt demo`` runs the source documents' example through the kernels and through the
 NumPy reference, and prints how well they agree and how much faster the kernels are.
-``fastbptt bench`` times the workloads W1-W5 against the documents' loop, PyTorch and JAX
-(when installed); measure with ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE``.
+``fastbptt bench`` times the workloads (W1-W5, stacks S1-S3, gated cells G1-G5) against the
+documents' loop, PyTorch and JAX (when installed); measure with ``env -u OPENBLAS_CORETYPE
+-u OPENBLAS_L2_SIZE``.
 ``fastbptt train [TEXT_FILE ...]`` trains a character model (on the standard library's own
 source when no file is given) and ``fastbptt sample CHECKPOINT`` prints text from one.
 """
@@ -62,12 +63,13 @@ def demo(args):
 
 def bench(args):
     from .bench import report, runner
+    from .bench.workloads import DEFAULT
 
     if args.plot:
         report.check_plotting()                 # fail before minutes of measuring
-    result = runner.run(names=args.workloads, threads=args.threads, repeat=args.repeat,
-                        with_peers=not args.no_peers, reference=args.reference,
-                        startup=args.startup)
+    result = runner.run(names=args.workloads or DEFAULT, threads=args.threads,
+                        repeat=args.repeat, with_peers=not args.no_peers,
+                        reference=args.reference, startup=args.startup)
     print(report.table(result))
     if args.json:
         report.write_json(result, args.json)
@@ -114,15 +116,12 @@ def sample(args):
 
 
 def _workload_names(text):
-    from .bench.workloads import WORKLOADS
+    from .bench.workloads import select
 
-    names = [n.strip().upper() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in WORKLOADS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown workload(s) {', '.join(unknown) or text!r}; choose from "
-            f"{', '.join(WORKLOADS)}, comma-separated")
-    return tuple(names)
+    try:
+        return select(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _threads(text):
@@ -256,13 +255,14 @@ def build_parser():
     d.set_defaults(run=demo)
 
     b = commands.add_parser(
-        "bench", help="time W1-W5 against the documents' loop, PyTorch and JAX",
+        "bench", help="time the workloads against the documents' loop, PyTorch and JAX",
         description="Median of repeated calls per workload, all in this process, the same "
                     "thread count for every implementation; peers are checked against "
-                    "fastbptt before they are timed. Run it as `env -u OPENBLAS_CORETYPE "
+                    "fastbptt (or, where fastbptt cannot run a workload yet, against the "
+                    "first peer) before they are timed. Run it as `env -u OPENBLAS_CORETYPE "
                     "-u OPENBLAS_L2_SIZE fastbptt bench` where those variables are set.")
-    b.add_argument("--workloads", type=_workload_names, default=("W1", "W2", "W3", "W4", "W5"),
-                   help="comma-separated, e.g. W1,W3 (all)")
+    b.add_argument("--workloads", type=_workload_names, default=None,
+                   help="comma-separated names or groups W, S, G, e.g. W1,W3 or S,G3 (all)")
     b.add_argument("--threads", type=_threads, default=1,
                    help="threads for every implementation (1)")
     b.add_argument("--repeat", type=_positive, default=50,

@@ -124,13 +124,14 @@ class _Back:
         else:
             G.reshape(width, T, B)[:] = g.transpose(2, 1, 0)
             G.reshape(width, T, B)[:, ~mask.T] = 0
+        fw.convert_states()
         fw.inject(G)
-        model, dh0, dx = fw.backward(dh_final=final, need_dx=not p.ids)
+        layers, dh0, dx = fw.backward(dh_final=final, need_dx=not p.ids)
         if dh0 is None:
             dh0 = np.zeros_like(p.h0)
         if dx is not None and p.single:
             dx = dx[0]
-        return LayerGrads(p.rebuild(model), dx, _caller_states(p, dh0), None)
+        return LayerGrads(p.rebuild(Model(layers)), dx, _caller_states(p, dh0), None)
 
     def _empty(self, final):
         p = self._problem

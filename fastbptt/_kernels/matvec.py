@@ -33,7 +33,8 @@ BLOCK = 16          # most registers per block (`simd.axpy_block`)
 
 def padded(n, dtype):
     """n rounded up to whole vector registers of ``dtype``: the width of padded rows."""
-    w = VECTOR_BYTES // np.dtype(dtype).itemsize
+    w = VECTOR_BYTES // (dtype.itemsize if isinstance(dtype, np.dtype) else
+                         np.dtype(dtype).itemsize)
     return -(-n // w) * w
 
 

@@ -1,8 +1,9 @@
-"""Before a peer is timed, its loss and gradients are checked against fastbptt's.
+"""Before a peer is timed, its loss and gradients are checked against fastbptt's (or,
+on a workload fastbptt cannot run yet, against the first peer that ran it).
 
 Each difference is relative to the largest entry: max |peer − fastbptt| / max |fastbptt|
-per gradient, |Δloss| / |loss| for the loss. A peer that disagrees is reported and not
-timed: a fast wrong answer is no benchmark.
+per gradient (and for S3's layer output h), |Δloss| / |loss| for the loss. A peer that
+disagrees is reported and not timed: a fast wrong answer is no benchmark.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .peers import as_numpy
+from .stacks import grad_names
 
 __all__ = ["Agreement", "compare", "TOLERANCE"]
 
@@ -23,7 +25,8 @@ class Agreement:
     peer: str
     workload: str
     tolerance: float
-    errors: dict = field(default_factory=dict)      # "loss", "dU", "dW", "dV" -> relative
+    errors: dict = field(default_factory=dict)      # "loss" (or "h"), "dU", ... -> relative
+    against: str = "fastbptt"
 
     @property
     def worst(self):
@@ -34,10 +37,17 @@ class Agreement:
     def ok(self):
         return bool(np.isfinite(self.worst) and self.worst <= self.tolerance)
 
+    @property
+    def worst_gradient(self):
+        """``(name, relative error)`` of the gradient farthest from the reference."""
+        grads = {k: v for k, v in self.errors.items() if k not in ("loss", "h")}
+        name = max(grads, key=lambda k: grads[k] if np.isfinite(grads[k]) else np.inf)
+        return name, grads[name]
+
     def describe(self):
         parts = ", ".join(f"{k} {v:.1e}" for k, v in self.errors.items())
         verdict = "agrees" if self.ok else "DISAGREES: not timed"
-        return (f"check {self.workload} {self.peer} vs fastbptt: {parts} "
+        return (f"check {self.workload} {self.peer} vs {self.against}: {parts} "
                 f"(tolerance {self.tolerance:.0e}): {verdict}")
 
 
@@ -49,11 +59,16 @@ def relative_error(actual, expected):
     return float(np.abs(actual - expected).max(initial=0.0) / scale)
 
 
-def compare(peer, workload, outcome, expected):
-    """`Agreement` of a peer's ``(loss, (dU, dW, dV))`` with fastbptt's on a workload."""
+def compare(peer, workload, outcome, expected, against="fastbptt"):
+    """`Agreement` of a peer's ``(loss, grads)`` with the reference's on a workload."""
     loss, grads = as_numpy(outcome)
     loss0, grads0 = as_numpy(expected)
-    errors = {"loss": abs(loss - loss0) / (abs(loss0) or 1.0)}
-    for name, g, g0 in zip(("dU", "dW", "dV"), grads, grads0):
+    errors = {"h": relative_error(loss, loss0)} if workload.kind == "layer" else {
+        "loss": float(abs(loss - loss0) / (abs(loss0) or 1.0))}
+    names = grad_names(workload)
+    if len(grads) != len(names) or len(grads0) != len(names):
+        raise ValueError(f"{workload.name} has {len(names)} gradients; {peer} returned "
+                         f"{len(grads)} and {against} {len(grads0)}")
+    for name, g, g0 in zip(names, grads, grads0):
         errors[name] = relative_error(g, g0)
-    return Agreement(peer, workload.name, TOLERANCE[workload.dtype], errors)
+    return Agreement(peer, workload.name, TOLERANCE[workload.dtype], errors, against)

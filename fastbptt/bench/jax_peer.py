@@ -1,4 +1,6 @@
-"""JAX (XLA, CPU) computing the same loss and gradients: ``jit(value_and_grad(loss))``.
+"""JAX (XLA, CPU) on W1 ... W5 (one Elman layer): ``jit(value_and_grad(loss))``.
+
+This module also starts JAX for `jax_stack`, with the thread count the bench asks for.
 
 The loss gathers Uᵀ's rows for the token ids, runs ``lax.scan`` over time, projects with
 V and sums the log_softmax cross-entropy; a call blocks until the gradients are ready.
@@ -20,7 +22,7 @@ import numpy as np
 
 from .peers import Call
 
-__all__ = ["unavailable", "set_threads", "make", "XLA_ONE_THREAD"]
+__all__ = ["unavailable", "set_threads", "make", "start", "pool", "XLA_ONE_THREAD"]
 
 XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 _STATE = {"threads": None, "started_with": None}
@@ -50,7 +52,7 @@ def _affinity(n):
         os.sched_setaffinity(0, cpus)
 
 
-def _start(threads):
+def start(threads):
     """Import JAX and start its CPU backend with `threads` threads (once per process)."""
     if sys.modules.get("jax") is not None and _STATE["started_with"] is None:
         import jax                               # started elsewhere: thread count unknown
@@ -71,14 +73,14 @@ def _start(threads):
 
 def unavailable(threads=1):
     try:
-        _start(threads)
+        start(threads)
     except Exception as error:                   # ImportError, or a broken install
         return f"not installed ({error.__class__.__name__}: {error})"
     return None
 
 
 def make(workload, x, y, params, threads=1):
-    jax = _start(threads)
+    jax = start(threads)
     import jax.numpy as jnp
     from jax import lax
 
@@ -113,6 +115,10 @@ def make(workload, x, y, params, threads=1):
         jax.block_until_ready(grads)
         return float(value), grads
 
+    return Call(run, f"jit(value_and_grad) of lax.scan, XLA on {pool()}")
+
+
+def pool():
+    """JAX's thread pool, as the notes say it."""
     started = _STATE["started_with"]
-    pool = f"{started} thread(s)" if isinstance(started, int) else f"threads set {started}"
-    return Call(run, f"jit(value_and_grad) of lax.scan, XLA on {pool}")
+    return f"{started} thread(s)" if isinstance(started, int) else f"threads set {started}"

@@ -1,10 +1,13 @@
 """The one registry of implementations that ``fastbptt bench`` and both suites time.
 
-Each `Peer` has a name, the workloads it runs, an availability check that imports its
-library only when called, and a factory ``make(workload, x, y, params) -> Call``. A `Call`
-runs forward + loss + every gradient and returns ``(loss, (dU, dW, dV))`` with the
-gradients in fastbptt's orientation (U is (H, L), W (H, H), V (C, H)), fully computed,
-as NumPy-convertible arrays; its ``note`` says which variant was chosen, if any.
+Each `Peer` has a name, the workloads it runs, an availability check per workload that
+imports its library only when called, and a factory ``make(workload, x, y, params) ->
+Call``. A `Call` runs forward + loss + every gradient and returns ``(loss, grads)``: the
+gradients flat in `stacks.flatten`'s order (for W1 ... W5 ``(dU, dW, dV)``), in
+fastbptt's orientation (U is weight_ih (G·H, in), W weight_hh (G·H, H), V (C, H·D)),
+fully computed, as NumPy-convertible arrays. For the layer workload (S3) the "loss" is
+the layer's output h and the last gradient is dx. Its ``note`` says which variant was
+chosen, if any.
 
 `set_threads` gives every implementation the same thread count.
 """
@@ -16,7 +19,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
-__all__ = ["Call", "Peer", "PEERS", "set_threads", "get_threads"]
+from .workloads import GROUPS, WORKLOADS
+
+__all__ = ["Call", "Peer", "PEERS", "set_threads", "get_threads", "as_numpy"]
 
 _THREADS = {"n": 1}
 
@@ -32,7 +37,7 @@ class Call:
         return self.fn()
 
 
-def _available() -> Optional[str]:
+def _available(workload) -> Optional[str]:
     return None
 
 
@@ -42,7 +47,8 @@ def _no_threads(n: int) -> None:
 
 @dataclass(frozen=True)
 class Peer:
-    """One implementation; ``unavailable()`` returns the reason it cannot run, or None."""
+    """One implementation; ``unavailable(workload)`` returns the reason it cannot run that
+    workload, or None."""
 
     name: str
     slug: str                                  # for test ids and JSON keys
@@ -73,26 +79,43 @@ def _bptt_call(module_name):
     return make
 
 
-_make_fastbptt = _bptt_call("fastbptt")
 _make_reference = _bptt_call("fastbptt.reference")
+_make_documents_model = _bptt_call("fastbptt")
 
 
-def _make_torch(workload, x, y, params):
-    from .torch_peer import make
-    return make(workload, x, y, params, threads=get_threads())
+def _make_fastbptt(workload, x, y, params):
+    if workload.documents_model:
+        return _make_documents_model(workload, x, y, params)
+    from .fastbptt_stack import make
+    return make(workload, x, y, params)
 
 
-def _make_jax(workload, x, y, params):
-    from .jax_peer import make
-    return make(workload, x, y, params, threads=get_threads())
+def _fastbptt_unavailable(workload):
+    if workload.documents_model:
+        return None
+    from .fastbptt_stack import unavailable
+    return unavailable(workload)
 
 
-def _torch_unavailable():
+def _make_peer(package):
+    """A factory for PyTorch or JAX: `<package>_peer` runs W1 ... W5, `<package>_stack`
+    the others."""
+    def make(workload, x, y, params):
+        import importlib
+
+        family = "peer" if workload.documents_model else "stack"
+        module = importlib.import_module(f"{__package__}.{package}_{family}")
+        return module.make(workload, x, y, params, threads=get_threads())
+
+    return make
+
+
+def _torch_unavailable(workload):
     from .torch_peer import unavailable
     return unavailable()
 
 
-def _jax_unavailable():
+def _jax_unavailable(workload):
     from .jax_peer import unavailable
     return unavailable(get_threads())
 
@@ -107,13 +130,17 @@ def _jax_threads(n):
     set_threads(n)
 
 
+# full BPTT in float32: what PyTorch and JAX run (W1 and W4 are windows, W1 float64)
+_FRAMEWORKS = ("W2", "W3", "W5") + GROUPS["S"] + GROUPS["G"]
+
 PEERS = {p.name: p for p in [
-    Peer("fastbptt", "fastbptt", _make_fastbptt, workloads=("W1", "W2", "W3", "W4", "W5")),
+    Peer("fastbptt", "fastbptt", _make_fastbptt, workloads=tuple(WORKLOADS),
+         unavailable=_fastbptt_unavailable),
     Peer("documents' loop", "reference", _make_reference, workloads=("W1",),
          on_request=("W3", "W4")),
-    Peer("PyTorch", "torch", _make_torch, workloads=("W2", "W3", "W5"),
+    Peer("PyTorch", "torch", _make_peer("torch"), workloads=_FRAMEWORKS,
          unavailable=_torch_unavailable, set_threads=_torch_threads),
-    Peer("JAX", "jax", _make_jax, workloads=("W2", "W3", "W5"),
+    Peer("JAX", "jax", _make_peer("jax"), workloads=_FRAMEWORKS,
          unavailable=_jax_unavailable, set_threads=_jax_threads),
 ]}
 
@@ -142,6 +169,8 @@ def get_threads():
 
 
 def as_numpy(outcome):
-    """``(float loss, (dU, dW, dV) as float64 NumPy arrays)`` of a Call's result."""
+    """``(loss, grads)`` of a Call's result as float64 NumPy arrays (the loss a 0-d one,
+    or the layer's output h)."""
     loss, grads = outcome
-    return float(loss), tuple(np.asarray(g, dtype=np.float64) for g in grads)
+    return (np.asarray(loss, dtype=np.float64),
+            tuple(np.asarray(g, dtype=np.float64) for g in grads))

@@ -20,7 +20,8 @@ def _ratio_cell(result, peer):
     if entry is None:
         return "-"
     if entry.status == "timed":
-        return f"{result.ratio(peer):.1f}x"
+        ratio = result.ratio(peer)
+        return "-" if ratio is None else f"{ratio:.1f}x"
     return {"unavailable": "n/a", "disagrees": "wrong", "failed": "failed"}[entry.status]
 
 
@@ -34,24 +35,46 @@ def _grid(rows, right_from=1):
     return lines
 
 
+def _by_group(results):
+    """The results with None between groups (W, S, G): a blank row in each table."""
+    previous = None
+    for r in results:
+        if previous is not None and r.workload.group != previous:
+            yield None
+        previous = r.workload.group
+        yield r
+
+
+def _rows(report, header, cells):
+    width = len(header)
+    return _grid([header] + [[""] * width if r is None else [r.workload.name] + cells(r)
+                             for r in _by_group(report.results)])
+
+
+def _ms(timing):
+    return "n/a" if timing is None else f"{timing.median * 1e3:.3f}"
+
+
 def table(report):
     """The whole printed report, as one string."""
     peers = _peer_names(report)
-    rows = [["workload", "fastbptt ms"] + [f"vs {p}" for p in peers]
-            + ["GF/s", "% peak", "threads"]]
-    for r in report.results:
-        rows.append([r.workload.name, f"{r.fastbptt.median * 1e3:.3f}"]
-                    + [_ratio_cell(r, p) for p in peers]
-                    + [f"{r.gflops:.1f}", f"{r.percent_of_peak:.0f}%", str(r.threads)])
-    out = _grid(rows)
+
+    def cells(r):
+        gflops, percent = r.gflops, r.percent_of_peak
+        return ([_ms(r.fastbptt)] + [_ratio_cell(r, p) for p in peers]
+                + ["-" if gflops is None else f"{gflops:.1f}",
+                   "-" if percent is None else f"{percent:.0f}%", str(r.threads)])
+
+    out = _rows(report, ["workload", "fastbptt ms"] + [f"vs {p}" for p in peers]
+                + ["GF/s", "% peak", "threads"], cells)
     out.append("")
     out.append("vs X: X's median time / fastbptt's (higher is better for fastbptt); "
-               "n/a: not installed; wrong: disagreed with fastbptt, not timed")
+               "n/a: not installed (fastbptt: cannot run it yet); wrong: disagreed, not timed")
     out.append("% peak: GF/s (flop counts in fastbptt.bench.workloads) over this process's "
                f"1024x1024 gemm on {report.threads} thread(s): "
                f"sgemm {report.peak['float32']:.1f} GF/s for float32, "
                f"dgemm {report.peak['float64']:.1f} GF/s for float64")
-    out += [""] + _times(report, peers) + [""]
+    out += [""] + _times(report, peers) + [""] + _speeds(report, peers) + [""]
     for r in report.results:
         out.append(f"{r.workload.name}: {r.workload.describe()}, "
                    f"{r.workload.flops / 1e6:.1f} MFLOP per call")
@@ -65,9 +88,9 @@ def table(report):
 
 
 def _times(report, peers):
-    rows = [["median ms (cores)", "fastbptt"] + peers]
-    for r in report.results:
-        row = [r.workload.name, f"{r.fastbptt.median * 1e3:.3f} ({r.fastbptt.cores:.1f})"]
+    def cells(r):
+        row = ["n/a" if r.fastbptt is None
+               else f"{r.fastbptt.median * 1e3:.3f} ({r.fastbptt.cores:.1f})"]
         for p in peers:
             entry = r.peers.get(p)
             if entry is None or entry.timing is None:
@@ -76,13 +99,26 @@ def _times(report, peers):
                 calls = len(entry.timing.times)
                 once = ", 1 call" if calls == 1 else ""
                 row.append(f"{entry.timing.median * 1e3:.3f} ({entry.timing.cores:.1f}{once})")
-        rows.append(row)
-    return _grid(rows) + ["cores: process CPU time / wall time while timing "
-                          "(about the number of busy cores)"]
+        return row
+
+    return _rows(report, ["median ms (cores)", "fastbptt"] + peers, cells) + [
+        "cores: process CPU time / wall time while timing (about the number of busy cores)"]
+
+
+def _speeds(report, peers):
+    def cells(r):
+        row = []
+        for name in ["fastbptt"] + peers:
+            gflops = r.gflops_of(name)
+            row.append("-" if gflops is None else f"{gflops:.1f} ({100 * gflops / r.peak:.0f}%)")
+        return row
+
+    return _rows(report, ["GF/s (% peak)", "fastbptt"] + peers, cells)
 
 
 def _notes(report, peers):
-    notes = []
+    notes = [f"{r.workload.name}: fastbptt not timed: {r.skipped}"
+             for r in report.results if r.skipped]
     for r in report.results:
         if r.scaling and 1 in r.scaling and 2 in r.scaling:
             t1, t2 = r.scaling[1].median, r.scaling[2].median
@@ -94,23 +130,27 @@ def _notes(report, peers):
             if p2 < 1.5 * p1:
                 notes.append("  warning: 2-thread sgemm is not 1.5x its 1-thread speed: "
                              "the second core was busy, the 2-thread figures say little")
-    rows = []
-    for r in report.results:
-        for p in peers:
-            entry = r.peers.get(p)
-            if entry is None:
-                continue
-            errors = entry.agreement.errors if entry.agreement else {}
-            verdict = {"timed": "agrees"}.get(entry.status, entry.status)
-            rows.append([r.workload.name, p, verdict]
-                        + [f"{k} {errors[k]:.1e}" if k in errors else ""
-                           for k in ("loss", "dU", "dW", "dV")] + [entry.note])
+    rows = [_check_row(r, p, r.peers[p]) for r in report.results for p in peers
+            if p in r.peers]
     if rows:
-        notes.append("peers, checked against fastbptt before timing (difference relative to "
-                     "the largest entry; tolerance " + ", ".join(
+        notes.append("peers, checked before timing against fastbptt, or where fastbptt "
+                     "cannot run the workload, against the first peer (difference relative "
+                     "to the largest entry; worst gradient named; tolerance " + ", ".join(
                          f"{v:.0e} {k}" for k, v in TOLERANCE.items()) + "):")
         notes += ["  " + line for line in _grid(rows, right_from=99)]
     return notes
+
+
+def _check_row(result, peer, entry):
+    agreement = entry.agreement
+    if agreement is None:
+        verdict = "reference" if entry.status == "timed" else entry.status
+        return [result.workload.name, peer, verdict, "", "", "", entry.note]
+    value = "h" if "h" in agreement.errors else "loss"
+    name, worst = agreement.worst_gradient
+    verdict = {"timed": "agrees"}.get(entry.status, entry.status)
+    return [result.workload.name, peer, verdict, f"vs {agreement.against}",
+            f"{value} {agreement.errors[value]:.1e}", f"{name} {worst:.1e}", entry.note]
 
 
 def _startup(s):
@@ -165,12 +205,14 @@ def as_json(report):
             peers[name] = {
                 "status": entry.status, "note": entry.note,
                 "timing": entry.timing.as_dict() if entry.timing else None,
-                "ratio": r.ratio(name),
+                "ratio": r.ratio(name), "gflops": r.gflops_of(name),
+                "against": entry.agreement.against if entry.agreement else None,
                 "errors": entry.agreement.errors if entry.agreement else None,
             }
         results.append({
             "workload": r.workload._asdict(), "flops": r.workload.flops, "threads": r.threads,
-            "fastbptt": r.fastbptt.as_dict(), "gflops": r.gflops,
+            "fastbptt": r.fastbptt.as_dict() if r.fastbptt else None,
+            "fastbptt_skipped": r.skipped or None, "gflops": r.gflops,
             "percent_of_peak": r.percent_of_peak, "peers": peers,
             "threads_scaling": {str(n): t.as_dict() for n, t in r.scaling.items()},
         })
@@ -198,15 +240,15 @@ def plot(report, path):
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-    peers = [p for p in _peer_names(report)
-             if any(r.ratio(p) is not None for r in report.results)]
-    names = [r.workload.name for r in report.results]
+    results = [r for r in report.results if r.fastbptt is not None]
+    peers = [p for p in _peer_names(report) if any(r.ratio(p) is not None for r in results)]
+    names = [r.workload.name for r in results]
     fig = Figure(figsize=(1.6 + 1.3 * len(names), 4.2), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / max(len(peers), 1)
     for i, peer in enumerate(peers):
         xs, ys = [], []
-        for j, r in enumerate(report.results):
+        for j, r in enumerate(results):
             if r.ratio(peer) is not None:
                 xs.append(j - 0.4 + width * (i + 0.5))
                 ys.append(r.ratio(peer))

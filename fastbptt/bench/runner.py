@@ -2,7 +2,9 @@
 
 Per workload: seeded data, fastbptt warmed up (compiled) and timed, then each peer made,
 warmed up, checked against fastbptt and, if it agrees, timed; every call is in this one
-process, with the same thread count for every implementation.
+process, with the same thread count for every implementation. Where the installed
+fastbptt cannot run a workload yet (a cell or layer API still missing), the peers are
+timed without it, each checked against the first peer that ran.
 """
 from __future__ import annotations
 
@@ -18,9 +20,12 @@ from .agreement import Agreement, compare
 from .peers import PEERS, get_threads, set_threads
 from .timing import (ENVIRONMENT, Timing, busy_cpus, gemm_peak, machine_info, measure,
                      openblas_warnings)
-from .workloads import WORKLOADS, Workload, make_data
+from .workloads import DEFAULT, WORKLOADS, Workload, make_data
 
 __all__ = ["PeerResult", "WorkloadResult", "BenchReport", "run"]
+
+# fastbptt also timed on 1 and 2 threads (large products: a second core should pay off)
+SCALED = ("W5", "G4")
 
 
 @dataclass
@@ -35,26 +40,38 @@ class PeerResult:
 class WorkloadResult:
     workload: Workload
     threads: int
-    fastbptt: Timing
+    fastbptt: Optional[Timing]          # None: fastbptt cannot run this workload yet
     peak: float                         # gemm GF/s of this dtype at these threads
+    skipped: str = ""                   # why fastbptt was not timed
     peers: dict = field(default_factory=dict)           # peer name -> PeerResult
-    scaling: dict = field(default_factory=dict)         # threads -> Timing (W5)
-    scaling_peak: dict = field(default_factory=dict)    # threads -> sgemm GF/s (W5)
+    scaling: dict = field(default_factory=dict)         # threads -> Timing (SCALED)
+    scaling_peak: dict = field(default_factory=dict)    # threads -> sgemm GF/s (SCALED)
 
     def ratio(self, peer):
-        """Peer time over fastbptt time, or None when the peer was not timed."""
+        """Peer time over fastbptt time, or None when either was not timed."""
         result = self.peers.get(peer)
-        if result is None or result.timing is None:
+        if result is None or result.timing is None or self.fastbptt is None:
             return None
         return result.timing.median / self.fastbptt.median
 
+    def timing(self, name):
+        """fastbptt's or a peer's `Timing`, or None."""
+        if name == "fastbptt":
+            return self.fastbptt
+        return getattr(self.peers.get(name), "timing", None)
+
+    def gflops_of(self, name="fastbptt"):
+        timing = self.timing(name)
+        return None if timing is None else self.workload.flops / timing.median / 1e9
+
     @property
     def gflops(self):
-        return self.workload.flops / self.fastbptt.median / 1e9
+        return self.gflops_of("fastbptt")
 
     @property
     def percent_of_peak(self):
-        return 100 * self.gflops / self.peak
+        gflops = self.gflops
+        return None if gflops is None else 100 * gflops / self.peak
 
 
 @dataclass
@@ -123,21 +140,31 @@ def _peers_for(name, with_peers, reference):
             yield peer
 
 
-def _time_peer(peer, workload, data, expected, repeat, budget, progress):
-    reason = peer.unavailable()
+def _time_peer(peer, workload, data, reference, repeat, budget, progress):
+    """Make, check against ``reference`` = {name: outcome} and time one peer; with no
+    reference yet, its outcome becomes the reference (stored in the dict)."""
+    reason = peer.unavailable(workload)
     if reason:
         progress.write(f"  {workload.name} {peer.name}: skipped, {reason}")
         return PeerResult("unavailable", note=reason)
     try:
         call = peer.make(workload, *data)
-        agreement = compare(peer.name, workload, call(), expected)
+        outcome = call()
+        against = next(iter(reference), None)
+        agreement = (compare(peer.name, workload, outcome, reference[against], against)
+                     if against else None)
     except Exception as error:                                 # a peer's own failure
         note = f"{error.__class__.__name__}: {error}"
         progress.write(f"  {workload.name} {peer.name}: failed, {note}")
         return PeerResult("failed", note=note)
-    progress.write("  " + agreement.describe() + (f" [{call.note}]" if call.note else ""))
-    if not agreement.ok:
-        return PeerResult("disagrees", agreement=agreement, note=call.note)
+    if agreement is None:
+        reference[peer.name] = outcome
+        progress.write(f"  {workload.name} {peer.name}: the reference of the check "
+                       f"[{call.note}]")
+    else:
+        progress.write("  " + agreement.describe() + (f" [{call.note}]" if call.note else ""))
+        if not agreement.ok:
+            return PeerResult("disagrees", agreement=agreement, note=call.note)
     once = workload.name in peer.on_request                   # slow: one call is enough
     timing = measure(call, repeat=1 if once else repeat, budget=budget, warmup=0)
     return PeerResult("timed", timing, agreement, call.note)
@@ -160,7 +187,7 @@ def _scaling(result, call, repeat, budget):
             set_threads(result.threads)
 
 
-def run(names=tuple(WORKLOADS), threads=1, repeat=50, budget=2.0, with_peers=True,
+def run(names=DEFAULT, threads=1, repeat=50, budget=2.0, with_peers=True,
         reference=False, startup=False):
     """Measure; returns a `BenchReport` (printing progress and agreement checks)."""
     environment = {name: os.environ.get(name) for name in ENVIRONMENT}
@@ -181,19 +208,25 @@ def run(names=tuple(WORKLOADS), threads=1, repeat=50, budget=2.0, with_peers=Tru
     for w in workloads:
         progress.step(f"{w.name} fastbptt")
         data = make_data(w)
-        call = PEERS["fastbptt"].make(w, *data)
-        expected = call()                                      # compiles or loads the cache
-        timing = measure(call, repeat=repeat, budget=budget, warmup=1)
-        result = WorkloadResult(w, get_threads(), timing, peak[w.dtype])
-        progress.write(f"{w.name} ({w.describe()}): fastbptt {timing.median * 1e3:.3f} ms")
+        skipped = PEERS["fastbptt"].unavailable(w)
+        result = WorkloadResult(w, get_threads(), None, peak[w.dtype], skipped or "")
+        reference = {}
+        if skipped:
+            progress.write(f"{w.name} ({w.describe()}): fastbptt skipped, {skipped}")
+        else:
+            call = PEERS["fastbptt"].make(w, *data)
+            reference["fastbptt"] = call()                     # compiles or loads the cache
+            result.fastbptt = measure(call, repeat=repeat, budget=budget, warmup=1)
+            progress.write(f"{w.name} ({w.describe()}): fastbptt "
+                           f"{result.fastbptt.median * 1e3:.3f} ms")
         progress.done()
         for peer in plan[w.name]:
             progress.step(f"{w.name} {peer.name}")
-            result.peers[peer.name] = _time_peer(peer, w, data, expected, repeat, budget,
+            result.peers[peer.name] = _time_peer(peer, w, data, reference, repeat, budget,
                                                  progress)
             progress.done()
-        if w.name == "W5":
-            progress.step("W5 fastbptt on 1 and 2 threads")
+        if w.name in SCALED and not skipped:
+            progress.step(f"{w.name} fastbptt on 1 and 2 threads")
             _scaling(result, call, repeat, budget)
         results.append(result)
     progress.step("versions")

@@ -1,4 +1,4 @@
-"""PyTorch (CPU) computing the same loss and gradients, two ways; the faster one is timed.
+"""PyTorch (CPU) on W1 ... W5 (one Elman layer), two ways; the faster one is timed.
 
 - "nn.RNN": one-hot float inputs (B, T, L) with weight_ih = U, weight_hh = W, no bias,
   batch_first; then logits = h Vᵀ and ``F.cross_entropy(reduction="sum")``.
@@ -17,7 +17,7 @@ import numpy as np
 from .peers import Call
 from .timing import measure
 
-__all__ = ["unavailable", "set_threads", "make"]
+__all__ = ["unavailable", "set_threads", "make", "fastest"]
 
 
 def unavailable():
@@ -52,6 +52,12 @@ def make(workload, x, y, params, threads=1):
         onehot = F.one_hot(ids, workload.L).to(dtype)
         variants["nn.RNN"] = _rnn(torch, F, onehot, targets, U, W, V, workload.activation,
                                   dtype, C)
+    return fastest(variants)
+
+
+def fastest(variants):
+    """A `Call` of the variant with the lowest median of 3 calls (after one warm-up), its
+    note naming the choice and every variant's time."""
     times = {name: measure(fn, repeat=3).median for name, fn in variants.items()}
     best = min(times, key=times.get)
     note = f"{best} (warm-up: " + ", ".join(f"{n} {t * 1e3:.2f} ms"

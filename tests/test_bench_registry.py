@@ -1,0 +1,222 @@
+"""The bench's registry: workloads, flop counts, data, and the peers' agreement on tiny
+versions of the stacked, bidirectional, gated and layer workloads (S1-S3, G1-G5).
+
+The peer tests need PyTorch and/or JAX and skip with the reason where they are missing.
+"""
+import itertools
+
+import numpy as np
+import pytest
+
+from fastbptt.bench import fastbptt_stack
+from fastbptt.bench.agreement import compare
+from fastbptt.bench.peers import PEERS, as_numpy
+from fastbptt.bench.stacks import GATES, flatten, grad_names
+from fastbptt.bench.workloads import GROUPS, WORKLOADS, make_data, select
+
+NEW = GROUPS["S"] + GROUPS["G"]
+
+
+def tiny(name):
+    """The workload with its structure (cell, layers, directions, kind, inputs, B = 1 or
+    not) and sizes small enough for a test."""
+    w = WORKLOADS[name]
+    return w._replace(B=min(w.B, 3), T=6, L=5, H=4, C=min(w.C, 3))
+
+
+def test_documents_workloads_keep_their_definitions_and_flop_counts():
+    assert [tuple(WORKLOADS[n])[:10] for n in GROUPS["W"]] == [
+        ("W1", 1, 100, 65, 128, 65, "sigmoid", 10, "float64", 0),
+        ("W2", 1, 100, 65, 128, 65, "tanh", None, "float32", 0),
+        ("W3", 32, 100, 65, 128, 65, "tanh", None, "float32", 0),
+        ("W4", 32, 100, 65, 128, 65, "tanh", 10, "float32", 0),
+        ("W5", 32, 50, 1024, 1024, 16, "relu", None, "float32", 203)]
+    assert [WORKLOADS[n].flops for n in GROUPS["W"]] == [
+        41036800, 14822400, 474316800, 1313177600, 10223616000]
+    assert all(WORKLOADS[n].documents_model for n in GROUPS["W"])
+    assert not any(WORKLOADS[n].documents_model for n in NEW)
+
+
+def test_new_workloads_are_the_issues_tables():
+    rows = {n: (w.cell, w.num_layers, w.bidirectional, w.kind, w.inputs, w.B, w.T, w.L, w.H,
+                w.C, w.dtype, w.truncate) for n, w in WORKLOADS.items() if n in NEW}
+    assert rows == {
+        "S1": ("elman", 2, False, "model", "ids", 32, 100, 65, 256, 65, "float32", None),
+        "S2": ("elman", 1, True, "model", "ids", 32, 100, 65, 256, 65, "float32", None),
+        "S3": ("elman", 1, False, "layer", "dense", 32, 100, 128, 256, 0, "float32", None),
+        "G1": ("lstm", 1, False, "model", "ids", 32, 100, 65, 256, 65, "float32", None),
+        "G2": ("gru", 1, False, "model", "ids", 32, 100, 65, 256, 65, "float32", None),
+        "G3": ("lstm", 1, False, "model", "ids", 1, 100, 65, 128, 65, "float32", None),
+        "G4": ("lstm", 1, False, "model", "ids", 32, 50, 1024, 1024, 16, "float32", None),
+        "G5": ("lstm", 2, True, "model", "ids", 32, 100, 65, 256, 65, "float32", None)}
+
+
+def counted_flops(w, params):
+    """2·m·k·n for every product a step-by-step BPTT makes, read off the weights' shapes:
+    forward and backward of each layer and direction, then the head."""
+    flops = 0
+    B = w.B
+    if w.documents_model:                          # W: one layer, U (H, L), W (H, H)
+        layers = [[(params.U, params.W)]]
+        V = params.V
+    else:
+        layers, V = params.layers, params.V
+    for l, row in enumerate(layers):
+        for U, W in row:
+            gh, n_in = U.shape
+            dense = l > 0 or w.inputs == "dense"
+            for _ in range(w.T):
+                flops += 2 * B * W.shape[1] * gh            # W h_{t-1}
+                flops += 2 * B * gh * W.shape[1]            # Wᵀ δ_t
+                flops += 2 * gh * B * W.shape[1]            # dW += δ_t h_{t-1}ᵀ
+                if dense:
+                    flops += 2 * B * n_in * gh              # U x_t
+                    flops += 2 * gh * B * n_in              # dU += δ_t x_tᵀ
+                    if l > 0 or w.kind == "layer":
+                        flops += 2 * B * gh * n_in          # dx_t = Uᵀ δ_t
+    if V is not None:
+        C, width = V.shape
+        flops += 3 * w.T * 2 * B * C * width                # V h_t, Vᵀ e_t, dV
+    return flops
+
+
+@pytest.mark.parametrize("name", [n for n in WORKLOADS if WORKLOADS[n].truncate is None])
+def test_flops_formula_matches_a_count_of_the_products(name):
+    w = tiny(name)
+    assert w.flops == counted_flops(w, make_data(w)[2])
+
+
+def test_flops_of_the_new_workloads():
+    # per step and sequence, in multiply-adds; ids into layer 0 are a gather (not counted)
+    H = 256
+    expect = {
+        "S1": 3 * H * H + (3 * H * H + 3 * H * H) + 3 * H * 65,
+        "S2": 2 * 3 * H * H + 3 * 2 * H * 65,
+        "S3": 3 * H * H + 3 * H * 128,
+        "G1": 3 * 4 * H * H + 3 * H * 65,
+        "G2": 3 * 3 * H * H + 3 * H * 65,
+        "G3": 3 * 4 * 128 * 128 + 3 * 128 * 65,
+        "G4": 3 * 4 * 1024 * 1024 + 3 * 1024 * 16,
+        "G5": 2 * 3 * 4 * H * H + 2 * (3 * 4 * H * H + 3 * 4 * H * 2 * H) + 3 * 2 * H * 65}
+    for name, per_step in expect.items():
+        w = WORKLOADS[name]
+        assert w.flops == 2 * w.B * w.T * per_step, name
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_data_chains_layer_to_layer(name):
+    w = tiny(name)
+    x, y, stack = make_data(w)
+    directions = 2 if w.bidirectional else 1
+    G = GATES[w.cell]
+    assert len(stack.layers) == w.num_layers
+    width = w.L
+    for row in stack.layers:
+        assert len(row) == directions
+        for U, W in row:
+            assert U.shape == (G * w.H, width) and W.shape == (G * w.H, w.H)
+            assert U.dtype == W.dtype == np.dtype(w.dtype)
+        width = w.H * directions
+    steps = (w.T,) if w.B == 1 else (w.B, w.T)
+    assert x.shape == steps + ((w.L,) if w.inputs == "dense" else ())
+    if w.kind == "layer":
+        assert stack.V is None and y.shape == steps + (w.H * directions,)
+    else:
+        assert stack.V.shape == (w.C, width) and y.shape == steps
+        assert y.min() >= 0 and y.max() < w.C
+    assert len(grad_names(w)) == len(flatten(stack.layers, stack.V))
+    assert np.array_equal(make_data(w)[0], x)                  # seeded
+
+
+def test_select_takes_names_and_groups():
+    assert select("s1, g3") == ("S1", "G3")
+    assert select("S") == ("S1", "S2", "S3")
+    assert select("W2,W,G5") == ("W2", "W1", "W3", "W4", "W5", "G5")
+    for bad in ("S4", "", "X"):
+        with pytest.raises(ValueError):
+            select(bad)
+
+
+def test_every_workload_has_fastbptt_and_the_framework_peers():
+    for name in WORKLOADS:
+        assert PEERS["fastbptt"].runs(name)
+    for name in ("W2", "W3", "W5") + NEW:
+        assert PEERS["PyTorch"].runs(name) and PEERS["JAX"].runs(name)
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_fastbptt_says_what_it_lacks_or_runs(name):
+    reason = PEERS["fastbptt"].unavailable(WORKLOADS[name])
+    assert reason is None or reason.startswith("fastbptt has no ")
+
+
+def test_fastbptt_call_passes_weights_and_returns_gradients_in_order(monkeypatch):
+    """The adapter against stand-ins for the stacked API it is written for: the weights
+    reach `fastbptt.bptt` in their places, and its gradients come back flat in order."""
+    import collections
+
+    import fastbptt
+
+    Layer = collections.namedtuple("Layer", "U W b bh", defaults=(None, None))
+    Model = collections.namedtuple("Model", "layers V c")
+
+    def init_params(L, H, C, **options):
+        directions = 2 if options["bidirectional"] else 1
+        return Model([[Layer(None, None)] * directions] * options["num_layers"], None, None)
+
+    Result = collections.namedtuple("Result", "loss grads")
+    monkeypatch.setattr(fastbptt, "Layer", Layer, raising=False)
+    monkeypatch.setattr(fastbptt, "Model", Model, raising=False)
+    monkeypatch.setattr(fastbptt, "init_params", init_params)
+    monkeypatch.setattr(fastbptt, "bptt", lambda x, y, model: Result(1.5, model))
+    w = tiny("G5")
+    assert fastbptt_stack.unavailable(w) is None
+    x, y, stack = make_data(w)
+    loss, grads = fastbptt_stack.make(w, x, y, stack)()
+    assert loss == 1.5
+    assert all(g is s for g, s in zip(grads, flatten(stack.layers, stack.V), strict=True))
+
+
+def _framework_outcomes(w, data):
+    """{implementation: (loss, grads)} from both PyTorch variants and JAX, where installed."""
+    outcomes = {}
+    if PEERS["PyTorch"].unavailable(w) is None:
+        from fastbptt.bench.torch_stack import variants
+        for variant, run in variants(w, *data).items():
+            outcomes[f"PyTorch {variant}"] = run()
+    if PEERS["JAX"].unavailable(w) is None:
+        outcomes["JAX"] = PEERS["JAX"].make(w, *data)()
+    return outcomes
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_peers_agree_on_a_tiny_version(name):
+    w = tiny(name)
+    data = make_data(w)
+    outcomes = _framework_outcomes(w, data)
+    if len(outcomes) < 2:
+        pytest.skip("needs PyTorch or JAX (neither is installed)")
+    for (a, out_a), (b, out_b) in itertools.combinations(outcomes.items(), 2):
+        agreement = compare(a, w, out_a, out_b, against=b)
+        assert agreement.ok, agreement.describe()
+    loss, grads = as_numpy(next(iter(outcomes.values())))
+    assert np.isfinite(loss).all() and all(np.abs(g).max() > 0 for g in grads)
+    if w.kind == "layer":
+        assert loss.shape == data[1].shape and grads[-1].shape == data[0].shape
+
+
+def test_bench_times_the_peers_of_a_workload_fastbptt_cannot_run(monkeypatch):
+    """`fastbptt bench` on a tiny S1: the peers are checked (against fastbptt or each
+    other) and timed, and the table, the JSON and the notes say what ran."""
+    import json
+
+    from fastbptt.bench import report, runner, workloads
+
+    monkeypatch.setitem(workloads.WORKLOADS, "S1", tiny("S1"))
+    result = runner.run(names=("S1",), repeat=3, budget=0.05)
+    (r,) = result.results
+    assert (r.fastbptt is None) == bool(r.skipped)
+    assert {entry.status for entry in r.peers.values()} <= {"timed", "unavailable"}
+    text = report.table(result)
+    assert "S1" in text and "GF/s (% peak)" in text
+    json.dumps(report.as_json(result))
