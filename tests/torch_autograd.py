@@ -64,10 +64,15 @@ def _grads(model, rnn, head):
 
 
 class _Run:
-    """The forward pass of the modules over a batch: out (B, T, H D), hn, cn (tensors)."""
+    """The modules holding ``params`` (read by ``read``: `read_model` or `read_layer`) and
+    their forward pass over a batch: out (B, T, H D), hn, cn (tensors)."""
 
-    def __init__(self, rnn, x, h0, c0, lengths, reverse, L):
+    def __init__(self, params, read, activation, x, h0, c0, lengths, reverse=False):
         t = _torch()
+        self.model, self.rebuild, self.stacked = read(params)
+        self.rnn, self.head = _module(self.model, activation)
+        rnn = self.rnn
+        L = self.model.layers[0][0].U.shape[1]
         x = np.asarray(x)
         self.single = x.ndim == (1 if x.dtype.kind in "iu" else 2)
         if self.single:
@@ -103,13 +108,23 @@ class _Run:
         n = self.lengths[:, None]
         return rows, np.where(cols < n, n - 1 - cols, cols)
 
-    def numpy(self, tensor, stacked, given=True):
+    def numpy(self, tensor, given=True):
         """A state tensor (S, B, H) in the caller's layout (zeros unless ``given``)."""
         a = tensor.detach().numpy() * (1 if given else 0)
-        if not stacked:
+        if not self.stacked:
             a = a[0]
             return a[0] if self.single else a
         return a[:, 0] if self.single else a
+
+    def finals(self):
+        """(h_final, c_final) in the caller's layout."""
+        return self.numpy(self.hn), None if self.cn is None else self.numpy(self.cn)
+
+    def gradients(self, head=None):
+        """(grads in the caller's structure, dh0, dc0) after a backward pass."""
+        dc0 = None if self.cn is None else self.numpy(self.c0.grad, self.c0_given)
+        return (self.rebuild(_grads(self.model, self.rnn, head)),
+                self.numpy(self.h0.grad, self.h0_given), dc0)
 
 
 def bptt(x, y, params, *, activation="tanh", loss="softmax_ce", h0=None, c0=None,
@@ -117,10 +132,8 @@ def bptt(x, y, params, *, activation="tanh", loss="softmax_ce", h0=None, c0=None
     """`fastbptt.bptt` by autograd (full BPTT only); the result also has c_final, dc0."""
     assert truncate is None, "PyTorch has no truncated BPTT"
     t = _torch()
-    model, rebuild, stacked = read_model(params)
-    rnn, head = _module(model, activation)
-    r = _Run(rnn, x, h0, c0, lengths, False, model.layers[0][0].U.shape[1])
-    logits = head(r.out)
+    r = _Run(params, read_model, activation, x, h0, c0, lengths)
+    logits = r.head(r.out)
     B, T, C = logits.shape
     real = t.tensor(np.arange(T)[None, :] < r.lengths[:, None])
     y = np.asarray(y).reshape(B, T, -1)
@@ -135,11 +148,10 @@ def bptt(x, y, params, *, activation="tanh", loss="softmax_ce", h0=None, c0=None
         per_step = -(Y * t.log_softmax(logits, -1)).sum(-1)
     total = (per_step * real).sum()
     total.backward()
-    return SimpleNamespace(
-        loss=float(total.detach()), grads=rebuild(_grads(model, rnn, head)),
-        h_final=r.numpy(r.hn, stacked), dh0=r.numpy(r.h0.grad, stacked, r.h0_given),
-        c_final=None if r.cn is None else r.numpy(r.cn, stacked),
-        dc0=None if r.cn is None else r.numpy(r.c0.grad, stacked, r.c0_given))
+    grads, dh0, dc0 = r.gradients(r.head)
+    h_final, c_final = r.finals()
+    return SimpleNamespace(loss=float(total.detach()), grads=grads, h_final=h_final, dh0=dh0,
+                           c_final=c_final, dc0=dc0)
 
 
 def vjp(x, params, *, activation="tanh", h0=None, c0=None, lengths=None, reverse=False,
@@ -147,14 +159,12 @@ def vjp(x, params, *, activation="tanh", h0=None, c0=None, lengths=None, reverse
     """`fastbptt.layer.vjp` by autograd (full BPTT only)."""
     assert truncate is None, "PyTorch has no truncated BPTT"
     t = _torch()
-    model, rebuild, stacked = read_layer(params)
-    rnn, _ = _module(model, activation)
-    r = _Run(rnn, x, h0, c0, lengths, reverse, model.layers[0][0].U.shape[1])
+    r = _Run(params, read_layer, activation, x, h0, c0, lengths, reverse)
     out = LayerOutput(r.out.detach().numpy()[0] if r.single else r.out.detach().numpy(),
-                      r.numpy(r.hn, stacked), None if r.cn is None else r.numpy(r.cn, stacked))
+                      *r.finals())
 
     def back(dh, dh_final=None, dc_final=None):
-        rnn.zero_grad()
+        r.rnn.zero_grad()
         for leaf in (r.x, r.h0, getattr(r, "c0", None)):
             if leaf is not None and leaf.grad is not None:
                 leaf.grad = None
@@ -167,8 +177,7 @@ def vjp(x, params, *, activation="tanh", h0=None, c0=None, lengths=None, reverse
         if not r.ids:
             dx = r.x.grad.numpy()
             dx = dx[0] if r.single else dx
-        return LayerGrads(rebuild(_grads(model, rnn, None)), dx,
-                          r.numpy(r.h0.grad, stacked, r.h0_given),
-                          None if r.cn is None else r.numpy(r.c0.grad, stacked, r.c0_given))
+        grads, dh0, dc0 = r.gradients()
+        return LayerGrads(grads, dx, dh0, dc0)
 
     return out, back
