@@ -5,7 +5,7 @@ import pytest
 
 import fastbptt
 from fastbptt import reference
-from models import BACK_FIELDS, BPTT_FIELDS, CELLS, OUT_FIELDS, Case, disagreement, \
+from models import BACK_FIELDS, BPTT_FIELDS, CELLS, IMPLS, OUT_FIELDS, Case, disagreement, \
     reference_bptt, upstream
 
 L, H, C = 3, 2, 3
@@ -92,3 +92,15 @@ def test_one_sequence_kernels_match(rng):
     errors = disagreement(fastbptt.bptt(x, y, m, h0=h0), reference.bptt(x, y, m, h0=h0),
                           BPTT_FIELDS)
     assert max(errors.values()) <= 1e-10
+
+
+@pytest.mark.parametrize("sizes", [dict(B=1, T=1, L=1, H=1, C=1), dict(B=1, T=7, L=1, H=1, C=2),
+                                   dict(B=4, T=1, L=2, H=3, C=2)], ids=str)
+@pytest.mark.parametrize("cell", CELLS)
+def test_sizes_of_one_match_torch(rng, cell, sizes):
+    pytest.importorskip("torch")
+    case = Case(cell, 2, 2, False, "full", "tanh", False, True, False, True, True, False)
+    x, y, p, options = case.data(rng, head=True, **sizes)
+    errors = disagreement(reference_bptt(x, y, p, **options),
+                          IMPLS["torch"].bptt(case)(x, y, p, **options), BPTT_FIELDS)
+    assert max(errors.values()) <= 1e-10, errors
