@@ -63,9 +63,11 @@ def forward_narrow(cell, WTp, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_final
             else:                   # past its end: kept at zero, so nothing grows there
                 S[t + 1, b] = 0
                 C[t + 1, b] = 0
-    for b in range(B):
+    for b in range(B):              # padding steps: zeros, which the backward pass reads
         h_final[b] = S[lengths[b], b, :H]
         S[lengths[b] + 1:, b] = 0
+        Z[lengths[b] + 1:, b] = 0
+        E[lengths[b] + 1:, b] = 0
         if c_final.shape[1]:
             c_final[b] = C[lengths[b], b, :H]
 
