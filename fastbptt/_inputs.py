@@ -88,6 +88,7 @@ def _array(name, value, what="integers or floats"):
         raise TypeError(f"{name} must be a numeric array; got None")
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be a numeric array; got {type(value).__name__}")
+    _refuse_masked(name, value)
     try:
         arr = np.asarray(value)
     except (ValueError, TypeError) as exc:
@@ -100,6 +101,40 @@ def _array(name, value, what="integers or floats"):
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
+
+
+def _refuse_masked(name, value):
+    """TypeError for a masked array: np.asarray would drop its mask without a word."""
+    if (isinstance(value, np.ndarray) and type(value) is not np.ndarray
+            and isinstance(value, np.ma.MaskedArray)):
+        hint = "; y.filled(-1) makes masked class ids steps without loss" if name == "y" else ""
+        raise TypeError(f"{name} is a masked array, and fastbptt does not read masks: pass "
+                        f"an ordinary array, .filled(value) with the value masked entries "
+                        f"should take{hint}")
+
+
+def _in_dtype(name, arr, dtype, check_finite, shape=None):
+    """``arr`` in the compute dtype; ValueError naming ``name`` for a finite value that
+    the conversion turns into an inf (a float64 beyond float32's range), as for an inf.
+
+    ``arr`` was checked for NaN and inf already; ``shape`` is the caller's shape of it,
+    for the index in the message.
+    """
+    if arr.dtype.itemsize <= dtype.itemsize:
+        return arr.astype(dtype, copy=False)
+    with np.errstate(over="ignore"):            # reported below, not as a warning
+        out = arr.astype(dtype)
+    if not check_finite or not out.size or (_scannable(out, FLOAT_DTYPES)
+                                             and all_finite(out.reshape(-1))):
+        return out
+    bad = ~np.isfinite(out) & np.isfinite(arr)
+    if bad.any():
+        here, theirs = _first(bad, shape)
+        raise ValueError(f"{name} holds a value that overflows {dtype.name}, the params' "
+                         f"dtype ({float(arr[here])} at index {theirs}); pass values within "
+                         f"+-{np.finfo(dtype).max:.4g} or float64 params, or "
+                         f"check_finite=False to skip this check")
+    return out
 
 
 def _for_kernels(arr):
@@ -368,7 +403,8 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
     else:
         xa = xa.reshape(B, T, L)
         _check_finite("x", xa, check_finite, mask, shape=x_shape)
-        xc = (xa if mask is None else np.where(mask[..., None], xa, 0)).astype(dtype, copy=False)
+        xc = _in_dtype("x", xa if mask is None else np.where(mask[..., None], xa, 0), dtype,
+                       check_finite, shape=x_shape)
 
     yc, y_ids = None, False
     if need_y:
@@ -376,7 +412,8 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
             raise TypeError("y is required: integer class ids or float targets")
         yc, y_ids = _y(y, B, T, C, single, loss_code, mask, check_finite, x_shape, p.V.shape)
         if not y_ids:
-            yc = yc.astype(dtype, copy=False)
+            yc = _in_dtype("y", yc, dtype, check_finite,
+                           shape=((T,) if single else (B, T)) + (C,))
         yc = _for_kernels(yc)
 
     if h0 is None:
@@ -389,7 +426,7 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
                              f"{'' if single else f', B={B} from x of shape {x_shape}'}); "
                              f"got {h.shape}")
         _check_finite("h0", h, check_finite)
-        h0c = np.array(h, dtype=dtype, order="C").reshape(B, H)
+        h0c = np.array(_in_dtype("h0", h, dtype, check_finite), order="C").reshape(B, H)
 
     return Problem(single=single, x=_for_kernels(xc), ids=ids, y=yc, y_ids=y_ids,
                    lengths=lens, h0=h0c, h0_given=h0 is not None, params=p, rebuild=rebuild,
