@@ -155,9 +155,10 @@ def test_a_signal_during_an_in_process_save_is_held_until_it_is_written(folder, 
         os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
     monkeypatch.setattr(np, "savez", interrupted_savez)
+    before = [signal.getsignal(signum) for signum in STATUS]
     ckpt = tmp_path / "held.npz"
     status = main(["train", str(folder / "tiny.txt"), *SMALL, "--steps", "3",
                    "--sample-every", "0", "--checkpoint", str(ckpt)])
     assert status == 130
     assert checkpoint.load(ckpt).step == 3
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL     # handlers given back
+    assert [signal.getsignal(signum) for signum in STATUS] == before   # given back
