@@ -9,6 +9,13 @@ For training loops: `fastbptt.optim` (SGD, Adagrad, Adam, updating params in pla
 `clip_grads`, `fastbptt.text` (a character codec and a stream batcher for chunked training),
 `sample`, `fastbptt.checkpoint`, and the ``fastbptt train`` command (`fastbptt.train`).
 """
+import numba as _numba
+
+if _numba.config.DISABLE_JIT:
+    raise ImportError("fastbptt cannot run with NUMBA_DISABLE_JIT=1: its kernels call vector "
+                      "intrinsics and BLAS symbols that exist only in compiled code; unset "
+                      "NUMBA_DISABLE_JIT")
+
 from ._results import BPTTResult, ForwardResult
 from .api import bptt, forward, grad, loss, value_and_grad
 from .gradcheck import check_grad, check_layer_grad
