@@ -29,7 +29,8 @@ from ._kernels.directions import permute_steps, reversal_index
 from ._kernels.forward import forward
 from ._kernels.inputs import dense_grads, gather_inputs, project_inputs, scatter_ids
 from ._kernels.matvec import pad_weights, padded, passes
-from ._kernels.narrow import NARROW, backward_narrow, forward_narrow, to_feature_major
+from ._kernels.narrow import (NARROW, PANEL, backward_narrow, forward_narrow, panel_columns,
+                              to_feature_major)
 from ._threads import ensure_default_threads, threads_in_use
 from ._workspace import workspace
 from .params import Layer
@@ -106,7 +107,7 @@ class Direction:
     """One direction of one layer after the forward pass."""
 
     __slots__ = ("l", "d", "layer", "reverse", "states", "gates", "cells", "kept", "src",
-                 "width", "src_tm", "ids", "WTp", "Wp")
+                 "width", "src_tm", "ids", "WTp", "Wp", "WTc")
 
     def __init__(self, l, d, layer, reverse):
         self.l, self.d, self.layer, self.reverse = l, d, layer, reverse
@@ -118,7 +119,7 @@ class Direction:
         self.width = 0           # features of src that are inputs
         self.src_tm = False
         self.ids = None          # token ids (T B,), in this direction's step order
-        self.WTp = self.Wp = None
+        self.WTp = self.Wp = self.WTc = None
 
 
 class Forward:
@@ -493,6 +494,10 @@ def _forward_for(p, plan, store):
             direction.kept = state_like(f"kept{name}", H if gru else 0, N)
             direction.WTp = store.get(f"WTp{name}", (H, NG), dtype)
             direction.Wp = store.get(f"Wp{name}", (GH, N), dtype)
+            # a gated cell's W^T walked in panels (`_kernels.narrow.PANEL`) by batches of
+            # several sequences (one sequence walks rows in blocks twice as wide)
+            panels = plan.narrow and GH > H and NG * dtype.itemsize > 4 * PANEL and B >= NARROW
+            direction.WTc = store.get(f"WTc{name}", (H * NG if panels else 0,), dtype)
             row.append(direction)
         fw.dirs.append(row)
     if key is not None:
@@ -535,7 +540,8 @@ def run_forward(problem, store=workspace):
             bias = bias_or_zeros(layer.b, GH, dtype)
             if l == 0 and p.ids:
                 direction.ids = x_ids[idx] if direction.reverse else x_ids
-                gather_inputs(direction.ids, layer.U, bias, gates, plan.narrow)
+                UT = fw.scratch("UT", (L, GH) if plan.narrow else (0, 0), dtype)
+                gather_inputs(direction.ids, layer.U, UT, bias, gates, plan.narrow)
             else:
                 if l == 0:
                     src, width, src_tm = x_dense, L, False
@@ -551,7 +557,10 @@ def run_forward(problem, store=workspace):
             states, cells = direction.states, direction.cells
             if plan.narrow:
                 hid = fw.scratch("hid", (B, direction.WTp.shape[1] if gru else 0), dtype)
-                forward_narrow(fw.tag, direction.WTp, p.activation, p.lengths, p.h0[s],
+                WTc = direction.WTc
+                if WTc.size:
+                    panel_columns(direction.WTp, WTc)
+                forward_narrow(fw.tag, direction.WTp, WTc, p.activation, p.lengths, p.h0[s],
                                p.c0[s] if p.c0 is not None else p.h0[s], gates, states,
                                direction.kept, cells, hid, bh, h_final[s], c_final[s])
             else:

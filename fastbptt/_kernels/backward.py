@@ -45,8 +45,7 @@ def _sweep(cell, Zm, Sm, Em, Cm, WT, chunk, B, blas, dH, dZ, dZh, X, fp, act, le
         else:
             X[:] = 0
         _inject(X, lengths, t, dcf)
-        backward_fm(cell, dH, dZ, dZh, lo, Zm, Sm, Em, Cm, hi, B, X, 0, X, 0, fp, B, act,
-                    fp[:0])
+        backward_fm(cell, dH, dZ, dZh, lo, Zm, Sm, Em, Cm, hi, B, X, 0, fp, B, act, fp[:0])
 
 
 @jit(inline="always")
@@ -68,20 +67,20 @@ def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, la
             if lengths[b]:
                 for i in range(xp.shape[0]):
                     xp[i, (lengths[b] - 1) * B + b] = dcf[b, i]
-    backward_fm(cell, dH, dZ, dZh, 0, Zm, Sm, Em, Cm, B, B, xp, 0, xp, 0, fp, n, act,
-                prev[:0])
+    backward_fm(cell, dH, dZ, dZh, 0, Zm, Sm, Em, Cm, B, B, xp, 0, fp, n, act, prev[:0])
     for i in range(dZh.shape[0]):
         prev[i, :] = dZh[i]
     X0[:] = xp[:, :B]
     for j in range(1, min(k, T)):
         n = (T - j) * B
         gemm(WT, prev[:, B:n + B], h[:, :n], 1.0, 0.0, False, False, blas)
+        xn[:, :n] = xp[:, B:n + B]              # the carries, one step later
         for r in range(T - j):
             if (r + j) % s < j - (k - s):       # r < lo(r + j): this output stops here
                 h[:, r * B:(r + 1) * B] = 0
-                xp[:, (r + 1) * B:(r + 2) * B] = 0
+                xn[:, r * B:(r + 1) * B] = 0
         fused = sums(cell)
-        backward_fm(cell, h, z, zh, 0, Zm, Sm, Em, Cm, B, B, xp, B, xn, 0, fp, n, act,
+        backward_fm(cell, h, z, zh, 0, Zm, Sm, Em, Cm, B, B, xn, 0, fp, n, act,
                     dZ if fused else dZ[:0])
         if not fused:
             for i in range(dZ.shape[0]):

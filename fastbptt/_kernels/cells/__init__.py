@@ -10,18 +10,18 @@ Hooks (every cell module defines each). Feature-major ones take whole C-contiguo
 (rows, columns) matrices and the columns to work on, so that every row segment they
 loop over is contiguous and vectorizes (a view of a block would not be known to be):
 step arrays (Zm, Sm, Em, Cm) at columns cs ... (the step before at cs - B), gradient
-arrays (dH, dZ, dZh, fp) at cd ..., the carries at cxi ... and cxo ..., n columns
+arrays (dH, dZ, dZh, fp) at cd ..., the carry X at cx ..., n columns
 (one step's B, or every step's in lag-major passes). Time-major ones take the 3-D state
 arrays (steps as rows of the gradient arrays) and a step t and sequence b, and read
 only the rows they need.
 - ``prepare_fm(Sm, fp, B, act)``: before a feature-major backward pass (Elman's f').
 - ``forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf)`` and
   ``forward_tm(Z, S, E, C, Hid, t, b, H, act)``: the step from its gates.
-- ``backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
-  total)`` and ``backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act)``: from
-  dH = dL/dh_t (the injected gradient plus W^T dZh_{t+1}) and the cell's own carry Xin
-  from step t + 1 (zero where truncation cuts it), the input-side gradients dZ of the
-  gates, the hidden-side ones dZh, and the carry Xout to step t - 1. A cell whose
+- ``backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total)`` and
+  ``backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act)``: from dH = dL/dh_t (the
+  injected gradient plus W^T dZh_{t+1}) and the cell's own carry X from step t + 1
+  (zero where truncation cuts it), the input-side gradients dZ of the gates, the
+  hidden-side ones dZh, and in X, in place, the carry to step t - 1. A cell whose
   ``SUMS`` is True also adds dZ to ``total`` when it is not empty (the lag-major
   pass's sum, fused into the same pass over memory); for the others the driver adds.
 - ``to_h0(X, dh0, dc0)``: what the carry after step 0 adds to dL/dh0 and dL/dc0.
@@ -61,8 +61,7 @@ def forward_tm(tag, Z, S, E, C, Hid, t, b, H, act):
     _stub(tag)
 
 
-def backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
-                total):
+def backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total):
     _stub(tag)
 
 
@@ -98,13 +97,11 @@ def _forward_tm(tag, Z, S, E, C, Hid, t, b, H, act):
 
 
 @overload(backward_fm, inline="always")
-def _backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
-                 total):
+def _backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total):
     impl = _module(tag).backward_fm
 
-    def call(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
-             total):
-        impl(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act, total)
+    def call(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total):
+        impl(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total)
 
     return call
 

@@ -31,8 +31,7 @@ def forward_tm(Z, S, E, C, Hid, t, b, H, act):
 
 
 @jit(inline="always")
-def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
-                total):
+def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total):
     """delta = dL/dh * f'(a) in place on n columns of dH from cd (dZ and dZh are dH),
     each also added to ``total``'s first n columns unless it is empty (the lag-major
     pass's sum, in the same pass over memory)."""

@@ -7,41 +7,49 @@ Hid = W h_{t-1} + bh arrives apart, since b_hn sits inside r (...):
     h_t = (1 - u) n + u h_{t-1}
 
 The forward step overwrites the gates with r, u, n and keeps hn (E) for the backward
-step. Backward, with dh_t completed by the direct term X = u_{t+1} dh_{t+1}:
+step. Backward, with X holding the direct term u_{t+1} dh_{t+1} from step t + 1 on
+entry:
 
     d = dh + X                     dn = d (1 - u) (1 - n²)
     du = d (h_{t-1} - n) u (1 - u) dr = dn hn r (1 - r)
     input side dZ = (dr, du, dn);  hidden side dZh = (dr, du, dn r);  X = d u
+
+Loops read and write few arrays each, so that they vectorize (see `lstm`).
 """
 from .._jit import jit
 from ..mathfuncs import sigmoid, tanh
 
+SUMS = False       # backward_fm does not add to the lag-major sum itself
 
-SUMS = False       # backward_fm adds to the lag-major sum itself
 
 @jit(inline="always")
 def _forward(zr, zz, zn, hr, hz, hn, hp, e, h):
+    for j in range(zr.shape[0]):
+        zr[j] = sigmoid(zr[j] + hr[j])
+    for j in range(zz.shape[0]):
+        zz[j] = sigmoid(zz[j] + hz[j])
+    for j in range(e.shape[0]):
+        e[j] = hn[j]
+    for j in range(zn.shape[0]):
+        zn[j] = tanh(zn[j] + zr[j] * e[j])
     for j in range(h.shape[0]):
-        r = sigmoid(zr[j] + hr[j])
-        u = sigmoid(zz[j] + hz[j])
-        m = hn[j]
-        n = tanh(zn[j] + r * m)
-        zr[j], zz[j], zn[j] = r, u, n
-        e[j] = m
-        h[j] = (1 - u) * n + u * hp[j]
+        h[j] = (1 - zz[j]) * zn[j] + zz[j] * hp[j]
 
 
 @jit(inline="always")
-def _backward(dh, zr, zz, zn, hp, e, xin, xout, dr_, du_, dn_, dhn_):
+def _backward(dh, zr, zz, zn, hp, e, x, dr, du, dn, dhn):
     for j in range(dh.shape[0]):
-        r, u, n = zr[j], zz[j], zn[j]
-        d = dh[j] + xin[j]
-        dn = d * (1 - u) * (1 - n * n)
-        du = d * (hp[j] - n) * u * (1 - u)
-        dr = dn * e[j] * r * (1 - r)
-        dr_[j], du_[j], dn_[j] = dr, du, dn
-        dhn_[j] = dn * r
-        xout[j] = d * u
+        dh[j] += x[j]
+    for j in range(dn.shape[0]):
+        dn[j] = dh[j] * (1 - zz[j]) * (1 - zn[j] * zn[j])
+    for j in range(du.shape[0]):
+        du[j] = dh[j] * (hp[j] - zn[j]) * zz[j] * (1 - zz[j])
+    for j in range(dr.shape[0]):
+        dr[j] = dn[j] * e[j] * zr[j] * (1 - zr[j])
+    for j in range(dhn.shape[0]):
+        dhn[j] = dn[j] * zr[j]
+    for j in range(x.shape[0]):
+        x[j] = dh[j] * zz[j]
 
 
 @jit(inline="always")
@@ -52,7 +60,9 @@ def prepare_fm(Sm, fp, B, act):
 @jit(inline="always")
 def forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
     H = Sm.shape[0]
-    a, b, p = cs, cs + B, cs - B
+    a = cs
+    b = cs + B
+    p = cs - B
     for i in range(H):
         _forward(Zm[i, a:b], Zm[H + i, a:b], Zm[2 * H + i, a:b], Hid[i], Hid[H + i],
                  Hid[2 * H + i], Sm[i, p:a], Em[i, a:b], Sm[i, a:b])
@@ -67,16 +77,18 @@ def forward_tm(Z, S, E, C, Hid, t, b, H, act):
 
 
 @jit(inline="always")
-def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
-                total):
+def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total):
     H = dH.shape[0]
-    d, s, p = slice(cd, cd + n), slice(cs, cs + n), slice(cs - B, cs - B + n)
+    d = cd
+    e = cd + n
+    s = cs
+    u = cs + n
     for i in range(H):
-        _backward(dH[i, d], Zm[i, s], Zm[H + i, s], Zm[2 * H + i, s], Sm[i, p], Em[i, s],
-                  Xin[i, cxi:cxi + n], Xout[i, cxo:cxo + n], dZ[i, d], dZ[H + i, d],
-                  dZ[2 * H + i, d], dZh[2 * H + i, d])
-        dZh[i, d] = dZ[i, d]
-        dZh[H + i, d] = dZ[H + i, d]
+        _backward(dH[i, d:e], Zm[i, s:u], Zm[H + i, s:u], Zm[2 * H + i, s:u],
+                  Sm[i, s - B:u - B], Em[i, s:u], X[i, cx:cx + n], dZ[i, d:e],
+                  dZ[H + i, d:e], dZ[2 * H + i, d:e], dZh[2 * H + i, d:e])
+        dZh[i, d:e] = dZ[i, d:e]
+        dZh[H + i, d:e] = dZ[H + i, d:e]
 
 
 @jit(inline="always")
@@ -84,9 +96,9 @@ def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
     z = Z[t + 1, b]
     dz = dZ[t * B + b]
     dzh = dZh[t * B + b]
-    x = X[b, :H]
     _backward(dH[t * B + b, :H], z[:H], z[H:2 * H], z[2 * H:3 * H], S[t, b, :H],
-              E[t + 1, b, :H], x, x, dz[:H], dz[H:2 * H], dz[2 * H:3 * H], dzh[2 * H:3 * H])
+              E[t + 1, b, :H], X[b, :H], dz[:H], dz[H:2 * H], dz[2 * H:3 * H],
+              dzh[2 * H:3 * H])
     dzh[:2 * H] = dz[:2 * H]
 
 
