@@ -1,6 +1,5 @@
 """fastbptt.torch against PyTorch's own modules: outputs, final states and every gradient
 after loading the same state dict, in float64, over the options a user can pick."""
-import functools
 import itertools
 
 import numpy as np
@@ -13,28 +12,16 @@ from torch.nn.utils.rnn import pack_padded_sequence                       # noqa
 
 import fastbptt                                                           # noqa: E402
 import fastbptt.torch as ft                                               # noqa: E402
+from conftest import require_cell                                         # noqa: E402
 
-CELLS = {"elman": ("RNN", 1), "gru": ("GRU", 3), "lstm": ("LSTM", 4)}
+CELLS = {"elman": "RNN", "gru": "GRU", "lstm": "LSTM"}
 TOLERANCE = 1e-10
-
-
-@functools.cache
-def kernels_built(cell):
-    """Whether fastbptt runs this cell yet (the gated kernels land separately)."""
-    G = CELLS[cell][1]
-    try:
-        fastbptt.layer.forward(np.zeros((1, 1)), fastbptt.Layer(np.zeros((G, 1)),
-                                                                np.zeros((G, 1))))
-    except NotImplementedError:
-        return False
-    return True
 
 
 def modules(cell, seed=0, **options):
     """(native, bridge) with the same weights, float64."""
-    if not kernels_built(cell):
-        pytest.skip(f"the {cell.upper()} kernels are not built")
-    name = CELLS[cell][0]
+    require_cell(cell)
+    name = CELLS[cell]
     torch.manual_seed(seed)
     native = getattr(torch.nn, name)(dtype=torch.float64, **options)
     bridge = getattr(ft, name)(dtype=torch.float64, **options)
@@ -225,6 +212,18 @@ def test_windows_match_the_layer_api():
     np.testing.assert_allclose(p["bias_hh_l0"].grad.numpy(), r.grads.b, rtol=1e-12)
 
 
+@pytest.mark.parametrize("cell", CELLS)
+def test_nan_propagates_as_in_native(cell):
+    native, bridge = modules(cell, input_size=2, hidden_size=3, num_layers=2)
+    x = torch.randn(5, 2, 2, dtype=torch.float64)
+    x[2, 1, 0] = float("nan")
+    x.requires_grad_()
+    got, want = run(bridge, [x], []), run(native, [x], [])
+    for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        assert torch.equal(a.isnan(), b.isnan())
+        torch.testing.assert_close(a, b, equal_nan=True, rtol=TOLERANCE, atol=1e-14)
+
+
 def test_float32_close_to_native():
     native, bridge = modules("elman", input_size=4, hidden_size=5, num_layers=2)
     native.float(), bridge.float()
@@ -247,7 +246,7 @@ def test_refusals():
         ft.RNN(2, 3, dtype=torch.float16)(torch.randn(4, 1, 2, dtype=torch.float16))
     with pytest.raises(ValueError, match="runs on the CPU"):
         ft.RNN(2, 3, device="meta")(torch.randn(4, 1, 2, device="meta"))
-    with pytest.raises(ValueError, match="bidirectional"):
+    with pytest.raises(ValueError, match="reverse direction"):
         ft.RNN(2, 3, bidirectional=True, truncate=4)
     with pytest.raises(ValueError, match="stride=truncate"):
         ft.GRU(2, 3, num_layers=2, truncate=4, stride=2)

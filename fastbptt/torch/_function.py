@@ -13,6 +13,9 @@ x into its own layout and h0 into its states). Its results are new arrays, wrapp
 ``torch.from_numpy`` without a copy. Elman and LSTM act through b = bias_ih + bias_hh
 (a new array of G H numbers) and both biases receive its gradient (the second a copy, so
 that no two parameters share a ``.grad``); a GRU keeps them apart (SPEC.md §6).
+
+NaN and inf are not checked (``check_finite=False``): they propagate, as in PyTorch's own
+modules.
 """
 from __future__ import annotations
 
@@ -78,7 +81,7 @@ def _weight_grads(cfg, grads):
 
 def _options(cfg, h0, c0):
     return dict(cell=cfg.cell, activation=cfg.activation, h0=_numpy(h0), c0=_numpy(c0),
-                lengths=cfg.lengths)
+                lengths=cfg.lengths, check_finite=False)
 
 
 def _outputs(cfg, out):

@@ -14,42 +14,20 @@ passed to fastbptt.
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import torch
 from torch.nn.utils.rnn import PackedSequence
 
+from .._bridge_options import check_truncation
 from ._function import Config, run
 
 FLOATS = (torch.float32, torch.float64)
 
 
 def _check_truncation(module):
-    """Validate ``truncate`` and ``stride`` (SPEC.md §3, §8) where they are set."""
-    k, s = module.truncate, module.stride
-    for name, value, none in (("truncate", k, " or None"), ("stride", s, "")):
-        if value is None and none:
-            continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name} must be an int{none}; got {value!r}")
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1; got {value}")
-    if k is None:
-        if s != 1:
-            raise ValueError(f"stride={s} needs truncate: the stride groups the outputs of "
-                             "BPTT(k; s)")
-        return
-    if s > k:
-        raise ValueError(f"stride must not exceed truncate; got stride={s}, truncate={k}")
-    if module.bidirectional:
-        raise ValueError(f"truncate={k} is not supported with bidirectional=True: a reverse "
-                         "direction's gradient flows from later steps, which truncation "
-                         "by step does not cover")
-    if module.num_layers > 1 and s < k:
-        raise ValueError(f"truncate={k} with stride={s} (a window per output) is not supported "
-                         f"with num_layers={module.num_layers}: pass stride=truncate (chunks) "
-                         "or use one layer")
+    """Validate ``truncate`` and ``stride`` for this module's layers and directions."""
+    check_truncation(module.truncate, module.stride, reverse=module.bidirectional,
+                     layers=module.num_layers)
 
 
 def _check_tensors(module, tensors):
