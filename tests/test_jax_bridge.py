@@ -3,7 +3,13 @@ float64 (x64) and float32."""
 import numpy as np
 import pytest
 
-jax = pytest.importorskip("jax", reason="JAX is not installed (pip install 'fastbptt[jax]')")
+from fastbptt.bench import jax_peer
+
+# JAX started as the bench starts it (one thread), so that the bench's tests can share it
+if jax_peer.unavailable(1):
+    pytest.skip(f"JAX: {jax_peer.unavailable(1)} (pip install 'fastbptt[jax]')",
+                allow_module_level=True)
+jax = jax_peer.start(1)
 import jax.numpy as jnp                                                   # noqa: E402
 
 import fastbptt                                                           # noqa: E402
@@ -178,6 +184,27 @@ def test_vmap_and_no_differentiation():
     assert_close((h[1], h_final[1]), reference("elman", p, xs[1]))
 
 
+def test_kept_states_or_the_forward_pass_again():
+    """The backward rule uses the forward rule's kept ``back``; where it is gone (taken,
+    pushed out) it runs the forward pass again, with the same gradients."""
+    from fastbptt.jax import _kept
+
+    rng = np.random.default_rng(8)
+    p = draw("elman", rng)
+    x = jnp.asarray(rng.normal(size=(B, T, L)))
+    dh = jnp.asarray(rng.normal(size=(B, T, H)))
+    _kept.clear()
+    _, pullback = jax.vjp(lambda p: fj.rnn(p, x)[0], p)
+    assert len(_kept._kept) == 1
+    kept = pullback(dh)
+    assert len(_kept._kept) == 0
+    again = pullback(dh)                           # taken already: the forward pass again
+    assert_close(again, kept, 0)
+    for _ in range(_kept.LIMIT + 3):
+        jax.vjp(lambda p: fj.rnn(p, x)[0], p)
+    assert len(_kept._kept) == _kept.LIMIT
+
+
 @pytest.mark.parametrize("cell", GATES)
 def test_nan_propagates(cell):
     require_cell(cell)
@@ -188,6 +215,17 @@ def test_nan_propagates(cell):
     assert bool(jnp.isnan(h[1, 3:]).all()) and not bool(jnp.isnan(h[jnp.array([0, 2])]).any())
     g = jax.grad(lambda p: layer_fn(cell)(p, x)[0].sum())(p)
     assert bool(jnp.isnan(g.W).any())
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_a_cell_without_kernels_is_refused_while_tracing(cell):
+    from conftest import _cell_runs
+
+    if _cell_runs(cell):
+        pytest.skip(f"the {cell.upper()} kernels are built")
+    p = draw(cell, np.random.default_rng(9))
+    with pytest.raises(NotImplementedError, match=f"no {cell.upper()} kernels"):
+        jax.jit(lambda p: layer_fn(cell)(p, jnp.zeros((B, T, L)))[0])(p)
 
 
 def test_refusals_while_tracing():

@@ -49,7 +49,8 @@ def run(module, inputs, states):
     """Outputs of ``module`` and the gradients of a loss that uses every output, with
     respect to the inputs, the initial states and every parameter."""
     for t in inputs + states:
-        t.grad = None
+        if t.is_floating_point():
+            t.grad = None
     module.zero_grad()
     x = inputs[0]
     if len(inputs) > 1:                      # (padded, lengths): pack, unsorted
@@ -102,6 +103,30 @@ def test_unbatched(cell, batch_first):
               for _ in range(2 if cell == "lstm" else 1)]
     got, want = run(bridge, [x], states), run(native, [x], states)
     for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        assert a.shape == b.shape and relative(a, b) <= TOLERANCE
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("layout", ["time-major", "batch-first", "packed", "unbatched"])
+def test_token_ids_are_one_hot_inputs(cell, layout):
+    """Integer input is read as one-hot vectors of input_size features."""
+    V, B, T = 6, 3, 5
+    native, bridge = modules(cell, input_size=V, hidden_size=4, num_layers=2,
+                             batch_first=layout == "batch-first", bidirectional=True)
+    ids = torch.randint(0, V, (T,) if layout == "unbatched" else (T, B),
+                        generator=torch.Generator().manual_seed(4))
+    if layout == "batch-first":
+        ids = ids.T
+    one_hot = F.one_hot(ids, V).double()
+    states = [torch.randn(4, *(() if layout == "unbatched" else (B,)), 4, dtype=torch.float64,
+                          requires_grad=True) for _ in range(2 if cell == "lstm" else 1)]
+    if layout == "packed":
+        lengths = torch.tensor([5, 2, 4])
+        got, want = (run(m, [x, lengths], states) for m, x in ((bridge, ids), (native, one_hot)))
+    else:
+        got, want = run(bridge, [ids], states), run(native, [one_hot], states)
+    assert got[1][0] is None
+    for a, b in zip(got[0] + got[1][1:], want[0] + want[1][1:]):
         assert a.shape == b.shape and relative(a, b) <= TOLERANCE
 
 

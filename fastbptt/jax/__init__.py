@@ -10,15 +10,17 @@ Why ``pure_callback`` and not XLA's FFI: fastbptt's kernels are Numba functions 
 Python (validation, workspace, layout choices); an FFI handler is a C function with
 XLA's call frame, and reaching Python from one would mean a C shim that takes the GIL,
 i.e. a callback again, plus a compiled extension to build and ship. ``pure_callback``
-hands the callback the operands on the CPU with no copy and copies the results into
-XLA's buffers: a few copies of arrays of B T H numbers (measured in the README).
+passes the operands to the host function and copies its results into XLA's buffers; the
+README gives the cost (about 0.5 ms per forward and backward of a B 32, T 100, H 128
+layer, the copies of B T H numbers in and out included).
 
-Residuals: the backward rule runs the forward pass again, from the saved inputs, before
-``back``. A pure callback may be run more than once, or not at all, so it must not
-leave state on the host between the two rules; and the states fastbptt keeps for
-``back`` live in its own layout, which the public API does not hand out. Re-running the
-forward pass costs one forward pass per gradient (measured in the README); the forward
-rule itself keeps nothing.
+Residuals: the forward rule's callback runs `fastbptt.layer.vjp` and keeps its ``back``
+(which holds the states) on the host under a key, returned as a residual beside the
+inputs; the backward rule's callback takes ``back`` by that key (`_kept`). Where it is
+gone, the backward callback runs the forward pass again from the saved inputs, so JAX's
+freedom with pure callbacks (running one twice, merging two, leaving one out) cannot make
+a gradient wrong; it costs one forward pass then (a third of the layer's time). The
+primal call, without differentiation, runs `fastbptt.layer.forward` and keeps nothing.
 
 NaN and inf are not checked: they propagate, as in JAX. Token ids out of range, or
 lengths outside [0, T], raise inside the callback, which JAX reports as a runtime error.

@@ -17,9 +17,11 @@ import numpy as np
 from .. import layer as _layer
 from .._bridge_options import check_truncation
 from ..params import CELLS
+from . import _kept
 
 ACTIVATIONS = ("tanh", "sigmoid", "relu", "identity")
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+KEY = jax.ShapeDtypeStruct((4,), np.uint32)            # a kept ``back`` (`_kept`)
 
 
 class Options(NamedTuple):
@@ -50,20 +52,36 @@ def _host_params(opts, leaves):
     return opts.treedef.unflatten([np.asarray(v) for v in leaves])
 
 
-def _forward_host(opts, leaves, x, h0, c0, lengths):
-    out = _layer.forward(np.asarray(x), _host_params(opts, leaves),
-                         **_layer_options(opts, h0, c0, lengths))
+def _outputs(opts, out):
     return (out.h, out.h_final) + ((out.c_final,) if opts.cell == "lstm" else ())
 
 
-def _backward_host(opts, leaves, x, h0, c0, lengths, cotangents):
-    """The forward pass again (see the package's docstring), then ``back``."""
-    params = _host_params(opts, leaves)
-    _, back = _layer.vjp(np.asarray(x), params, truncate=opts.truncate, stride=opts.stride,
+def _forward_host(opts, leaves, x, h0, c0, lengths):
+    """The primal call: `fastbptt.layer.forward`, which keeps nothing."""
+    out = _layer.forward(np.asarray(x), _host_params(opts, leaves),
                          **_layer_options(opts, h0, c0, lengths))
+    return _outputs(opts, out)
+
+
+def _vjp(opts, leaves, x, h0, c0, lengths):
+    return _layer.vjp(np.asarray(x), _host_params(opts, leaves), truncate=opts.truncate,
+                      stride=opts.stride, **_layer_options(opts, h0, c0, lengths))
+
+
+def _forward_rule_host(opts, leaves, x, h0, c0, lengths):
+    """The forward rule's call: `fastbptt.layer.vjp`, its ``back`` kept (`_kept`)."""
+    out, back = _vjp(opts, leaves, x, h0, c0, lengths)
+    return _outputs(opts, out) + (_kept.keep(back),)
+
+
+def _backward_host(opts, key, leaves, x, h0, c0, lengths, cotangents):
+    """``back`` of the forward rule's call, or of the forward pass run again."""
+    back = _kept.take(key)
+    if back is None:
+        _, back = _vjp(opts, leaves, x, h0, c0, lengths)
     r = back(*(np.asarray(c) for c in cotangents))
     grads = jax.tree_util.tree_map(lambda p, g: np.zeros_like(p) if g is None else g,
-                                   params, r.grads)
+                                   _host_params(opts, leaves), r.grads)
     out = (tuple(jax.tree_util.tree_leaves(grads)),)
     out += () if opts.ids else (r.dx,)
     out += () if h0 is None else (r.dh0,)
@@ -83,16 +101,19 @@ def _run(opts, leaves, x, h0, c0, lengths):
 
 
 def _run_fwd(opts, leaves, x, h0, c0, lengths):
-    return _run(opts, leaves, x, h0, c0, lengths), (leaves, x, h0, c0, lengths)
+    *outputs, key = jax.pure_callback(
+        functools.partial(_forward_rule_host, opts), opts.outputs + (KEY,), leaves, x, h0, c0,
+        lengths, vmap_method="sequential")
+    return tuple(outputs), (key, leaves, x, h0, c0, lengths)
 
 
 def _run_bwd(opts, saved, cotangents):
-    leaves, x, h0, c0, lengths = saved
+    key, leaves, x, h0, c0, lengths = saved
     shapes = (tuple(map(_like, leaves)),) + tuple(
         _like(v) for v in ((None if opts.ids else x), h0, c0) if v is not None)
     result = list(jax.pure_callback(
-        lambda *a: _backward_host(opts, *a[:5], a[5:]), shapes, leaves, x, h0, c0, lengths,
-        *cotangents, vmap_method="sequential"))
+        lambda *a: _backward_host(opts, *a[:6], a[6:]), shapes, key, leaves, x, h0, c0,
+        lengths, *cotangents, vmap_method="sequential"))
     grads = result.pop(0)
     dx = None if opts.ids else result.pop(0)
     dh0 = None if h0 is None else result.pop(0)
@@ -104,6 +125,20 @@ _run.defvjp(_run_fwd, _run_bwd)
 
 
 # ---- checks while tracing ---------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _runs(cell, dtype, ids):
+    """Whether the installed fastbptt runs this cell (on such inputs): a call on one step
+    of one feature or id. A cell whose kernels are not built must be refused while
+    tracing, not inside a callback."""
+    G = CELLS[cell]
+    x = np.zeros(1, np.int64) if ids else np.zeros((1, 1), dtype)
+    try:
+        _layer.forward(x, (np.zeros((G, 1), dtype), np.zeros((G, 1), dtype)), cell=cell)
+    except NotImplementedError:
+        return False
+    return True
+
 
 def _weights(params):
     """U and W of one layer's params."""
@@ -170,6 +205,8 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
         if lengths.shape != lead[:-1] or not jnp.issubdtype(lengths.dtype, jnp.integer):
             raise ValueError(f"lengths must hold integers, shape {lead[:-1]} (one per sequence "
                              f"of x); got {lengths.shape} {lengths.dtype}")
+    if not _runs(cell, np.dtype(dtype), ids):
+        raise NotImplementedError(f"the installed fastbptt has no {cell.upper()} kernels yet")
     outputs = (h, final) + ((final,) if cell == "lstm" else ())
     opts = Options(cell, activation, reverse, truncate, stride, treedef, ids, outputs)
     return opts, leaves, x, h0, c0, lengths

@@ -6,6 +6,11 @@ Each subclasses its native module, which keeps the constructor's checks, the par
 (B, T, F), unbatched (T, F), ``PackedSequence`` in and out, hx in the caller's order,
 dropout between layers in training mode.
 
+Integer input (token ids, one axis fewer than float input) stands for one-hot vectors of
+``input_size`` features, as ``F.one_hot(ids, input_size)`` converted to floats would,
+without building them: the first layer gathers columns of ``weight_ih_l0`` (SPEC.md §1)
+and the ids get no gradient.
+
 Layouts: fastbptt reads batch-first input, so time-major input is passed as a transposed
 view (fastbptt copies it into its own layout, as it does any input) and the output is
 made contiguous time-major by one copy. A ``PackedSequence`` is unpacked into a zero-padded
@@ -61,8 +66,8 @@ class _Padding:
         self.B, self.T = B, T
 
     def pad(self, data):
-        zeros = data.new_zeros(self.B * self.T, data.shape[1])
-        return zeros.index_copy(0, self.rows, data).view(self.B, self.T, -1)
+        zeros = data.new_zeros((self.B * self.T,) + data.shape[1:])
+        return zeros.index_copy(0, self.rows, data).view((self.B, self.T) + data.shape[1:])
 
     def pack(self, padded):
         return padded.reshape(self.B * self.T, -1).index_select(0, self.rows)
@@ -96,33 +101,29 @@ class _Bridge:
             data, batch_sizes, sorted_indices, unsorted_indices = input
             if hx is not None:
                 hx = self.permute_hidden(hx, sorted_indices)
-                self.check_forward_args(data, hx, batch_sizes)
-            else:
-                self.check_input(data, batch_sizes)
+            self._check_args(data, hx, batch_sizes)
             padding = _Padding(batch_sizes)
             out, hidden = self._layers(padding.pad(data), hx, padding)
             output = PackedSequence(padding.pack(out), batch_sizes, sorted_indices,
                                     unsorted_indices)
             return output, self.permute_hidden(hidden, unsorted_indices)
-        if input.dim() not in (2, 3):
-            raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got "
-                             f"{input.dim()}D tensor instead")
-        batched = input.dim() == 3
+        features = int(input.is_floating_point())          # token ids have no feature axis
+        if input.dim() not in (1 + features, 2 + features):
+            raise ValueError(f"{type(self).__name__}: Expected input to be {1 + features}D or "
+                             f"{2 + features}D, got {input.dim()}D tensor instead")
+        batched = input.dim() == 2 + features
         batch_dim = 0 if self.batch_first else 1
         if not batched:
             input = input.unsqueeze(batch_dim)
         if hx is not None:
             want = 3 if batched else 2
             if any(h.dim() != want for h in states):
-                raise RuntimeError(f"For {'batched 3-D' if batched else 'unbatched 2-D'} "
-                                   f"input, hx{' and cx' if lstm else ''} should also be "
-                                   f"{want}-D but got "
+                raise RuntimeError(f"For {'batched' if batched else 'unbatched'} input, "
+                                   f"hx{' and cx' if lstm else ''} should be {want}-D but got "
                                    f"{', '.join(f'{h.dim()}-D' for h in states)}")
             if not batched:
                 hx = tuple(h.unsqueeze(1) for h in states) if lstm else hx.unsqueeze(1)
-            self.check_forward_args(input, hx, None)
-        else:
-            self.check_input(input, None)
+        self._check_args(input, hx, None)
         out, hidden = self._layers(input if self.batch_first else input.transpose(0, 1), hx,
                                    None)
         if not self.batch_first:
@@ -131,6 +132,28 @@ class _Bridge:
             out = out.squeeze(batch_dim)
             hidden = tuple(h.squeeze(1) for h in hidden) if lstm else hidden.squeeze(1)
         return out, hidden
+
+    def _check_args(self, input, hx, batch_sizes):
+        """PyTorch's checks of input and hx; for token ids (integers, no feature axis)
+        their dimensions and hx's sizes."""
+        if input.is_floating_point():
+            if hx is None:
+                self.check_input(input, batch_sizes)
+            else:
+                self.check_forward_args(input, hx, batch_sizes)
+            return
+        if input.dtype == torch.bool or input.is_complex():
+            raise TypeError(f"input must hold floats of the weights' dtype, or integer token "
+                            f"ids; got {input.dtype}")
+        want = 1 if batch_sizes is not None else 2
+        if input.dim() != want:
+            raise RuntimeError(f"token ids must have {want} dimensions, got {input.dim()}")
+        if hx is not None:
+            expected = self.get_expected_hidden_size(input, batch_sizes)
+            lstm = self._cell == "lstm"
+            for i, h in enumerate(hx if lstm else (hx,)):
+                name = f"hidden[{i}]" if lstm else "hidden"
+                self.check_hidden_size(h, expected, f"Expected {name} size {{}}, got {{}}")
 
     def _layers(self, x, hx, padding):
         """(output (B, T, H D), h_n or (h_n, c_n)) from batch-first x and hx in the
