@@ -108,6 +108,7 @@ def _array(name, value, what="integers or floats"):
         raise TypeError(f"{name} must be a numeric array; got None")
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be a numeric array; got {type(value).__name__}")
+    _refuse_masked(name, value)
     try:
         arr = np.asarray(value)
     except (ValueError, TypeError) as exc:
@@ -120,6 +121,40 @@ def _array(name, value, what="integers or floats"):
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
+
+
+def _refuse_masked(name, value):
+    """TypeError for a masked array: np.asarray would drop its mask without a word."""
+    if (isinstance(value, np.ndarray) and type(value) is not np.ndarray
+            and isinstance(value, np.ma.MaskedArray)):
+        hint = "; y.filled(-1) makes masked class ids steps without loss" if name == "y" else ""
+        raise TypeError(f"{name} is a masked array, and fastbptt does not read masks: pass "
+                        f"an ordinary array, .filled(value) with the value masked entries "
+                        f"should take{hint}")
+
+
+def _in_dtype(name, arr, dtype, check_finite, shape=None):
+    """``arr`` in the compute dtype; ValueError naming ``name`` for a finite value that
+    the conversion turns into an inf (a float64 beyond float32's range), as for an inf.
+
+    ``arr`` was checked for NaN and inf already; ``shape`` is the caller's shape of it,
+    for the index in the message.
+    """
+    if arr.dtype.itemsize <= dtype.itemsize:
+        return arr.astype(dtype, copy=False)
+    with np.errstate(over="ignore"):            # reported below, not as a warning
+        out = arr.astype(dtype)
+    if not check_finite or not out.size or (_scannable(out, FLOAT_DTYPES)
+                                             and all_finite(out.reshape(-1))):
+        return out
+    bad = ~np.isfinite(out) & np.isfinite(arr)
+    if bad.any():
+        here, theirs = _first(bad, shape)
+        raise ValueError(f"{name} holds a value that overflows {dtype.name}, the params' "
+                         f"dtype ({float(arr[here])} at index {theirs}); pass values within "
+                         f"+-{np.finfo(dtype).max:.4g} or float64 params, or "
+                         f"check_finite=False to skip this check")
+    return out
 
 
 def _for_kernels(arr):
@@ -354,7 +389,7 @@ def _state(name, value, checked, B, single, x_shape, check_finite):
     if h.shape != want:
         raise ValueError(f"{name} must have shape {want} ({why}); got {h.shape}")
     _check_finite(name, h, check_finite)
-    return np.array(h, dtype=dtype, order="C").reshape(S, B, H)
+    return np.array(_in_dtype(name, h, dtype, check_finite), order="C").reshape(S, B, H)
 
 
 def _check(checked, x, lengths, check_finite):
@@ -377,8 +412,8 @@ def _check(checked, x, lengths, check_finite):
     else:
         xa = xa.reshape(B, T, L)
         _check_finite("x", xa, check_finite, mask, shape=x_shape)
-        xc = (xa if mask is None else np.where(mask[..., None], xa, 0)).astype(checked.dtype,
-                                                                                copy=False)
+        xc = _in_dtype("x", xa if mask is None else np.where(mask[..., None], xa, 0),
+                       checked.dtype, check_finite, shape=x_shape)
     return _for_kernels(xc), ids, single, B, T, lens, mask, x_shape
 
 
@@ -407,7 +442,8 @@ def _problem(checked, x, y, *, truncate, stride, activation, loss, h0, c0, lengt
         yc, y_ids = _y(y, B, T, C, single, loss, mask, check_finite, x_shape,
                        checked.model.V.shape)
         if not y_ids:
-            yc = yc.astype(checked.dtype, copy=False)
+            yc = _in_dtype("y", yc, checked.dtype, check_finite,
+                           shape=((T,) if single else (B, T)) + (C,))
         yc = _for_kernels(yc)
     h0c = _state("h0", h0, checked, B, single, x_shape, check_finite)
     c0c = (_state("c0", c0, checked, B, single, x_shape, check_finite)

@@ -14,16 +14,22 @@ class BPTTResult(NamedTuple):
     grads
         Gradients in the structure of the params that were passed.
     h_final : ndarray
-        (H,) for one sequence, (B, H) for a batch: each sequence's last real state
-        (h0 when its length is 0).
+        Each sequence's last real state (h0 when its length is 0): (H,) for one
+        sequence, (B, H) for a batch; for a stack (a `Model`), (S, B, H) or (S, H) with
+        S = layers x directions in PyTorch's order.
     dh0 : ndarray
         dL/dh0, same shape as h_final; zeros when h0 was not given.
+    c_final, dc0 : ndarray or None
+        The LSTM's final cell state and dL/dc0, shaped like h_final (dc0 zeros when
+        neither h0 nor c0 was given); None for other cells.
     """
 
     loss: float
     grads: Any
     h_final: np.ndarray
     dh0: np.ndarray
+    c_final: Any = None
+    dc0: Any = None
 
 
 class ForwardResult(NamedTuple):

@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._kernels.backward import backward
+from ._kernels.cells import TAGS
 from ._kernels.directions import permute_steps, reversal_index
 from ._kernels.forward import forward
 from ._kernels.inputs import dense_grads, gather_inputs, project_inputs, scatter_ids
@@ -104,12 +105,15 @@ def batch_first(states, time_major, H):
 class Direction:
     """One direction of one layer after the forward pass."""
 
-    __slots__ = ("l", "d", "layer", "reverse", "states", "src", "width", "src_tm", "ids",
-                 "WTp", "Wp")
+    __slots__ = ("l", "d", "layer", "reverse", "states", "gates", "cells", "kept", "src",
+                 "width", "src_tm", "ids", "WTp", "Wp")
 
     def __init__(self, l, d, layer, reverse):
         self.l, self.d, self.layer, self.reverse = l, d, layer, reverse
         self.states = None       # (H, T+1, B) or (T+1, B, N), in this direction's step order
+        self.gates = None        # (G H, T+1, B) or (T+1, B, NG); the states for Elman
+        self.cells = None        # the LSTM's c_t like the states; empty for other cells
+        self.kept = None         # what the GRU keeps of each step; empty for other cells
         self.src = None          # its inputs: a state-like array, or None for token ids
         self.width = 0           # features of src that are inputs
         self.src_tm = False
@@ -125,12 +129,13 @@ class Forward:
     training loop's) reuse it: a small call then pays for little beyond its kernels.
     """
 
-    __slots__ = ("problem", "plan", "dirs", "h_final", "idx", "store", "H", "_buffers",
-                 "_views")
+    __slots__ = ("problem", "plan", "dirs", "h_final", "c_final", "idx", "store", "H",
+                 "tag", "_buffers", "_views")
 
     def __init__(self, problem, plan, store):
         self.problem, self.plan = problem, plan
-        self.h_final = self.idx = None
+        self.h_final = self.c_final = self.idx = None
+        self.tag = TAGS[problem.cell]
         self.store = store       # where the kept arrays come from: the workspace, or
         self.dirs = []           # fresh ones for a backward pass that outlives the call
         self.H = problem.sizes[1]
@@ -157,21 +162,39 @@ class Forward:
         return steps(_natural_output(self, len(self.dirs), "top"), self.plan.narrow,
                      self.H * len(top))
 
-    def backward_states(self, direction):
-        """A direction's states in the backward pass's layout (a feature-major copy when
-        a narrow batch runs lag-major, made by `convert_states`)."""
+    def backward_arrays(self, direction):
+        """A direction's (states, gates, cells, kept) in the backward pass's layout:
+        feature-major copies (made by `convert_states`) when a narrow batch runs
+        lag-major; for Elman the gates are the states."""
+        d = direction
         if self.plan.narrow == self.plan.back_tm:
-            return direction.states
+            return d.states, d.gates, d.cells, d.kept
         p = self.problem
-        return self.scratch(f"hs{direction.l}.{direction.d}~", (self.H, p.T + 1, p.B), p.dtype)
+        shape = (p.T + 1, p.B)
+        S = self.scratch(f"hs{d.l}.{d.d}~", (self.H,) + shape, p.dtype)
+        Z = S if d.gates is d.states else \
+            self.scratch(f"gates{d.l}.{d.d}~", (d.layer.W.shape[0],) + shape, p.dtype)
+        C = self.scratch(f"cells{d.l}.{d.d}~", (d.cells.shape[2] and self.H,) + shape,
+                         p.dtype)
+        E = self.scratch(f"kept{d.l}.{d.d}~", (d.kept.shape[2] and self.H,) + shape,
+                         p.dtype)
+        return S, Z, C, E
 
     def convert_states(self):
-        """Make the feature-major copies `backward_states` returns, where needed: once
-        after the forward pass, before the first `backward_states`."""
-        if self.plan.narrow != self.plan.back_tm:
-            for row in self.dirs:
-                for direction in row:
-                    to_feature_major(direction.states, self.backward_states(direction))
+        """Make the feature-major copies `backward_arrays` returns, where needed: once
+        after the forward pass, before the first `backward_arrays`."""
+        if self.plan.narrow == self.plan.back_tm:
+            return
+        for row in self.dirs:
+            for d in row:
+                S, Z, C, E = self.backward_arrays(d)
+                to_feature_major(d.states, S)
+                if Z is not S:
+                    to_feature_major(d.gates, Z)
+                if C.shape[0]:
+                    to_feature_major(d.cells, C)
+                if E.shape[0]:
+                    to_feature_major(d.kept, E)
 
     def gradient_buffers(self):
         """For each direction of the top layer, its (G H, T B) or (T B, N) array that must
@@ -181,11 +204,23 @@ class Forward:
         return self._buffers
 
     def _buffer(self, direction):
+        """A direction's dH: G_t = dL/dh_t on entry to its backward pass."""
         p, H = self.problem, self.H
         name = f"delta{direction.l}.{direction.d}"
         if self.plan.back_tm:
             return self.scratch(name, (p.T * p.B, direction.states.shape[2]), p.dtype)
         return self.scratch(name, (H, p.T * p.B), p.dtype)
+
+    def _gate_buffers(self, direction, dH):
+        """(dZ, dZh): the gates' gradients, input side and hidden side (dH itself for
+        Elman; one array for the LSTM)."""
+        if direction.gates is direction.states:
+            return dH, dH
+        p, GH = self.problem, direction.layer.W.shape[0]
+        shape = (p.T * p.B, direction.gates.shape[2]) if self.plan.back_tm else \
+            (GH, p.T * p.B)
+        dZ = self.scratch("dZ", shape, p.dtype)
+        return dZ, (self.scratch("dZh", shape, p.dtype) if direction.kept.size else dZ)
 
     def inject(self, G):
         """Put G_t (2-D in step order, layout of the backward pass, H D features) into the
@@ -201,19 +236,23 @@ class Forward:
             else:
                 buf[:] = part
 
-    def backward(self, dh_final=None, need_dx=False):
+    def backward(self, dh_final=None, dc_final=None, need_dx=False):
         """Every layer's gradients from the top layer's G (`gradient_buffers`).
 
-        dh_final (layers x directions, B, H), optional: dL/dh_final, injected at each
-        sequence's last real step. Returns (layers of gradients, ``layers[l][d]`` a
-        `Layer`; dh0 (layers x directions, B, H) or None when h0 was not given; dx (B, T, L)
-        or None).
+        dh_final (and the LSTM's dc_final), (layers x directions, B, H), optional:
+        dL/dh_final (dL/dc_final), injected at each sequence's last real step. Returns
+        (layers of gradients, ``layers[l][d]`` a `Layer`; dh0 and dc0 (layers x
+        directions, B, H), None when neither h0 nor c0 was given (dc0 None for other
+        cells than the LSTM); dx (B, T, L) or None).
         """
         p, plan, H = self.problem, self.plan, self.H
         D = len(self.dirs[0])
         tm = plan.back_tm
         grads = [[None] * D for _ in self.dirs]
-        dh0 = np.zeros((len(self.dirs) * D, p.B, H), p.dtype) if p.h0_given else None
+        starts = p.h0_given or p.c0_given
+        shape = (len(self.dirs) * D, p.B, H)
+        dh0 = np.zeros(shape, p.dtype) if starts else None
+        dc0 = np.zeros(shape, p.dtype) if starts and p.cell == "lstm" else None
         buffers = self.gradient_buffers()
         dx = None
         for l in range(len(self.dirs) - 1, -1, -1):
@@ -223,50 +262,86 @@ class Forward:
             below = [self._buffer(d) for d in self.dirs[l - 1]] if l else None
             dX = _dx_targets(self, l, below, need_dx)
             for direction, buf in zip(self.dirs[l], buffers):
-                grads[l][direction.d] = self._layer_backward(direction, buf, dh0, dX)
+                s = l * D + direction.d
+                dcf = dc_final[s] if dc_final is not None else \
+                    self.scratch("no dc", (0, H), p.dtype)
+                grads[l][direction.d] = self._layer_backward(direction, buf, dh0, dc0, dcf,
+                                                             dX)
+                # a sequence with no steps: h_final is h0, c_final c0
+                empty = p.lengths == 0
                 if dh_final is not None and dh0 is not None:
-                    s = l * D + direction.d     # no steps: h_final is h0
-                    empty = p.lengths == 0
                     dh0[s, empty] += dh_final[s, empty]
+                if dc_final is not None and dc0 is not None:
+                    dc0[s, empty] += dc_final[s, empty]
             if l:
                 _combine(self, l, below, dX)
                 buffers = below
             elif dX is not None:
                 dx = _user_dx(self, dX)
-        return tuple(map(tuple, grads)), dh0, dx
+        return tuple(map(tuple, grads)), dh0, dc0, dx
 
-    def _layer_backward(self, direction, buf, dh0, dX):
+    def _layer_backward(self, direction, buf, dh0, dc0, dcf, dX):
         """One direction's backward pass from G in buf: its Layer of gradients; dL/dh0
-        into dh0; dL/dx into dX's entry for it (see `_dx_targets`)."""
+        and dL/dc0 into dh0, dc0; dL/dx into dX's entry for it (see `_dx_targets`)."""
         p, plan, H = self.problem, self.plan, self.H
         layer, dtype = direction.layer, p.dtype
         s = direction.l * len(self.dirs[0]) + direction.d
         B, T = p.B, p.T
+        GH = layer.W.shape[0]
         dU, dW, db = np.empty(layer.U.shape, dtype), np.empty(layer.W.shape, dtype), \
-            np.empty(layer.W.shape[0], dtype)
-        states = self.backward_states(direction)
+            np.empty(GH, dtype)
+        dbh = np.empty(GH if layer.bh is not None else 0, dtype)
+        S, Z, C, E = self.backward_arrays(direction)
+        dZ, dZh = self._gate_buffers(direction, buf)
+        gated = dZ is not buf
+        starts = dh0 is not None
         if plan.back_tm:
-            out = dh0[s] if dh0 is not None else np.empty((0, H), dtype)
-            backward_narrow(states, direction.Wp, layer.W, p.activation, plan.chunk, buf,
-                            dW, db, out)
+            X = self.scratch("X", (B, buf.shape[1]), dtype)
+            none = self.scratch("no dh0", (0, H), dtype)
+            backward_narrow(self.tag, S, Z, E, C, direction.Wp, layer.W, p.activation,
+                            plan.chunk, p.lengths, dcf, buf, dZ, dZh, X, dW, db, dbh,
+                            dh0[s] if starts else none,
+                            dc0[s] if starts and dc0 is not None else none)
         else:
-            dh0_t = self.scratch("dh0" if dh0 is not None else "no dh0",
-                                 (H, B if dh0 is not None else 0), dtype)
-            backward(states, direction.WTp, p.activation, plan.chunk, p.truncate or 0,
-                     p.stride, buf, self.scratch("fprime", (H, T * B), dtype),
-                     self.scratch("lags", (2, H, T * B) if plan.chunk == 0 else (2, H, 0),
-                                  dtype), dW, db, dh0_t)
-            if dh0 is not None:
+            shape = (H, B if starts else 0)
+            dh0_t, dc0_t = self.scratch("dh0", shape, dtype), self.scratch("dc0", shape, dtype)
+            n = T * B
+            backward(self.tag, S, Z, E, C, direction.WTp, p.activation, plan.chunk,
+                     p.truncate or 0, p.stride, p.lengths, dcf, buf, dZ, dZh,
+                     self.scratch("X", (H if gated else 0, B), dtype),
+                     self.scratch("fprime", (0 if gated else H, n), dtype),
+                     self._lags(direction, buf, dZ, dZh), dW, db, dbh, dh0_t, dc0_t)
+            if starts:
                 dh0[s] = dh0_t.T
+                if dc0 is not None:
+                    dc0[s] = dc0_t.T
         if direction.src is None:
-            N = buf.shape[1] if plan.back_tm else 0
-            scatter_ids(buf, plan.back_tm, direction.ids, dU,
+            N = dZ.shape[1] if plan.back_tm else 0
+            scatter_ids(dZ, plan.back_tm, direction.ids, dU,
                         self.scratch("dUT", (p.sizes[0] if plan.back_tm else 0, N), dtype))
         else:
             target = dX[direction.d] if dX is not None else _no_dx(dtype)
-            dense_grads(buf, plan.back_tm, direction.src, direction.width, direction.src_tm,
+            dense_grads(dZ, plan.back_tm, direction.src, direction.width, direction.src_tm,
                         layer.U, dU, target, 0.0)
-        return Layer(dU, dW, db if layer.b is not None else None, None)
+        return Layer(dU, dW, db if layer.b is not None else None,
+                     dbh if layer.bh is not None else None)
+
+    def _lags(self, direction, dH, dZ, dZh):
+        """The lag-major pass's scratch (`_kernels.backward._lag_major`), or empties."""
+        p, H = self.problem, self.H
+        n = p.T * p.B
+        if self.plan.chunk:
+            empty = self.scratch("no lags", (0, 0), p.dtype)
+            return (empty,) * 6
+        GH = direction.layer.W.shape[0]
+        prev, h = self.scratch("lag prev", (GH, n), p.dtype), self.scratch("lag h", (H, n), p.dtype)
+        if dZ is dH:                                   # Elman: one array per lag
+            x = self.scratch("lag x", (0, n), p.dtype)
+            return prev, h, h, h, x, x
+        z = self.scratch("lag z", (GH, n), p.dtype)
+        zh = z if dZh is dZ else self.scratch("lag zh", (GH, n), p.dtype)
+        return (prev, h, z, zh, self.scratch("lag xp", (H, n), p.dtype),
+                self.scratch("lag xn", (H, n), p.dtype))
 
 
 _NO_DX = {}
@@ -376,11 +451,12 @@ def _dense_x(p, store):
 
 def _forward_for(p, plan, store):
     """A `Forward` for the problem: its directions with the arrays the forward pass fills
-    (states, W^T and W padded). The workspace's are kept per shape of call."""
+    (states, gates, the LSTM's cells, what the GRU keeps, W^T and W padded). The
+    workspace's are kept per shape of call."""
     D = len(p.model.layers[0])
     key = None
     if store is workspace:
-        key = (plan.narrow, plan.back_tm, p.B, p.T, p.sizes, p.dtype.num, p.ids,
+        key = (plan.narrow, plan.back_tm, p.B, p.T, p.sizes, p.dtype.num, p.ids, p.cell,
                len(p.model.layers), D, p.reverse)
         fw = store.get_object(key)
         if fw is not None:
@@ -388,17 +464,26 @@ def _forward_for(p, plan, store):
             return fw
     fw = Forward(p, plan, store)
     H, B, T, dtype = p.sizes[1], p.B, p.T, p.dtype
-    N = padded(H, dtype)
+    GH = p.model.layers[0][0].W.shape[0]
+    N, NG = padded(H, dtype), padded(GH, dtype)
+    lstm, gru = p.cell == "lstm", p.cell == "gru"
+
+    def state_like(name, rows, width):
+        shape = (T + 1, B, width if rows else 0) if plan.narrow else (rows, T + 1, B)
+        return store.get(name, shape, dtype)
+
     for l in range(len(p.model.layers)):
         row = []
         for d in range(D):
             direction = Direction(l, d, None, d == 1 or p.reverse)
-            if plan.narrow:
-                direction.states = store.get(f"seqs{l}.{d}", (T + 1, B, N), dtype)
-            else:
-                direction.states = store.get(f"hs{l}.{d}", (H, T + 1, B), dtype)
-            direction.WTp = store.get(f"WTp{l}.{d}", (H, N), dtype)
-            direction.Wp = store.get(f"Wp{l}.{d}", (H, N), dtype)
+            name = f"{l}.{d}"
+            direction.states = state_like(f"states{name}", H, N)
+            direction.gates = direction.states if GH == H else \
+                state_like(f"gates{name}", GH, NG)
+            direction.cells = state_like(f"cells{name}", H if lstm else 0, N)
+            direction.kept = state_like(f"kept{name}", H if gru else 0, N)
+            direction.WTp = store.get(f"WTp{name}", (H, NG), dtype)
+            direction.Wp = store.get(f"Wp{name}", (GH, N), dtype)
             row.append(direction)
         fw.dirs.append(row)
     if key is not None:
@@ -410,8 +495,6 @@ def run_forward(problem, store=workspace):
     """Run every layer and direction; return the `Forward` (states, h_final, ...)."""
     ensure_default_threads()
     p = problem
-    if p.cell != "elman":
-        raise NotImplementedError(f"the {p.cell.upper()} cell's kernels are not built yet")
     plan = make_plan(p)
     L, H, C = p.sizes
     B, T, dtype = p.B, p.T, p.dtype
@@ -421,10 +504,13 @@ def run_forward(problem, store=workspace):
         idx = np.empty(T * B, np.int64)
         reversal_index(p.lengths, T, idx)
     fw = _forward_for(p, plan, store)
-    fw.h_final = h_final = np.empty((len(p.model.layers) * D, B, H), dtype)
+    S = len(p.model.layers) * D
+    fw.h_final = h_final = np.empty((S, B, H), dtype)
+    fw.c_final = c_final = np.empty((S, B, H if p.cell == "lstm" else 0), dtype)
     fw.idx = idx
     x_ids = p.x.T.reshape(-1) if p.ids else None
     x_dense = None if p.ids else _dense_x(p, store)
+    gru = p.cell == "gru"
     for l, layers in enumerate(p.model.layers):
         below = None
         if l:
@@ -435,11 +521,12 @@ def run_forward(problem, store=workspace):
                 below = (_natural_output(fw, l, "cat"), H * len(lower), plan.narrow)
         for direction, layer in zip(fw.dirs[l], layers):
             direction.layer = layer
-            states = direction.states
-            bias = bias_or_zeros(layer.b, layer.W.shape[0], dtype)
+            GH = layer.W.shape[0]
+            gates = direction.gates
+            bias = bias_or_zeros(layer.b, GH, dtype)
             if l == 0 and p.ids:
                 direction.ids = x_ids[idx] if direction.reverse else x_ids
-                gather_inputs(direction.ids, layer.U, bias, states, plan.narrow)
+                gather_inputs(direction.ids, layer.U, bias, gates, plan.narrow)
             else:
                 if l == 0:
                     src, width, src_tm = x_dense, L, False
@@ -448,17 +535,26 @@ def run_forward(problem, store=workspace):
                 if direction.reverse:
                     src = _reversed_src(fw, src, src_tm, width, f"src{l}.{direction.d}")
                 direction.src, direction.width, direction.src_tm = src, width, src_tm
-                project_inputs(src, width, src_tm, layer.U, bias, states, plan.narrow)
+                project_inputs(src, width, src_tm, layer.U, bias, gates, plan.narrow)
             pad_weights(layer.W, direction.WTp, direction.Wp)
             s = l * D + direction.d
+            bh = bias_or_zeros(layer.bh, GH, dtype) if gru else fw.scratch("no bh", (0,), dtype)
+            states, cells = direction.states, direction.cells
             if plan.narrow:
-                forward_narrow(direction.WTp, p.activation, p.lengths, p.h0[s], states,
-                               h_final[s])
+                hid = fw.scratch("hid", (B, direction.WTp.shape[1] if gru else 0), dtype)
+                forward_narrow(fw.tag, direction.WTp, p.activation, p.lengths, p.h0[s],
+                               p.c0[s] if p.c0 is not None else p.h0[s], gates, states,
+                               direction.kept, cells, hid, bh, h_final[s], c_final[s])
             else:
                 states[:, 0] = p.h0[s].T
-                forward(layer.W, p.activation, p.lengths, states,
-                        fw.scratch("columns", (H * B,), dtype))
+                if p.cell == "lstm":
+                    cells[:, 0] = p.c0[s].T
+                forward(fw.tag, layer.W, p.activation, p.lengths, gates, states,
+                        direction.kept, cells, fw.scratch("hid", (GH if gru else 0, B), dtype),
+                        bh, fw.scratch("columns", (H * B,), dtype))
                 h_final[s] = states[:, p.lengths, np.arange(B)].T
+                if p.cell == "lstm":
+                    c_final[s] = cells[:, p.lengths, np.arange(B)].T
     return fw
 
 

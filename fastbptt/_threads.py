@@ -4,12 +4,13 @@ The kernels' parallel work is in their matrix products, which run in the BLAS th
 the kernels call: SciPy's OpenBLAS (a library separate from NumPy's). `set_num_threads`
 sets that library's thread count (and Numba's), leaving NumPy's own BLAS alone.
 
-The default is one thread, set on the first call unless `set_num_threads` was called or
-OPENBLAS_NUM_THREADS / OMP_NUM_THREADS are in the environment. OpenBLAS's worker threads
-wait for a free core: when another thread of the program (a data loader, a second
-training thread) keeps the other cores busy, a multi-threaded product of a small
-recurrent step waits a scheduler time slice, and a W1 call measured 124 ms instead of
-0.96 ms. More threads pay off for large H and B only: ask for them.
+The default is one thread, set on the first call (or the first `get_num_threads`) unless
+`set_num_threads` was called or OPENBLAS_NUM_THREADS / OMP_NUM_THREADS are in the
+environment. OpenBLAS's worker threads wait for a free core: when another thread of the
+program (a data loader, a second training thread) keeps the other cores busy, a
+multi-threaded product of a small recurrent step waits a scheduler time slice, and a W1
+call measured 124 ms instead of 0.96 ms. More threads pay off for large H and B only:
+ask for them.
 """
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def ensure_default_threads():
         if lib is not None:
             lib.set_num_threads(DEFAULT_THREADS)
     else:
-        _in_use[0] = get_num_threads()
+        _in_use[0] = _library_threads()
 
 
 def threads_in_use():
@@ -79,7 +80,16 @@ def threads_in_use():
 
 
 def get_num_threads():
-    """The thread count of the kernels' matrix products."""
+    """The thread count of the kernels' matrix products, before the first call as after it.
+
+    The one-thread default is applied here if no call has applied it yet, so the count
+    reported is the one calls will use, not the library's count before the default.
+    """
+    ensure_default_threads()
+    return _library_threads()
+
+
+def _library_threads():
     lib = _scipy_blas()
     return lib.get_num_threads() if lib is not None else numba.get_num_threads()
 

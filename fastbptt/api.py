@@ -54,7 +54,7 @@ def _head_backward(problem, fw, err):
     top = fw.dirs[-1]
     fw.convert_states()
     if len(top) == 1 and not top[0].reverse:
-        states = steps(fw.backward_states(top[0]), tm, H)
+        states = steps(fw.backward_arrays(top[0])[0], tm, H)
         G = fw.gradient_buffers()[0]
         output_backward(err, states, tm, model.V, G[:, :H] if tm else G, dV, dc)
     else:
@@ -67,25 +67,28 @@ def _head_backward(problem, fw, err):
 
 
 def _solve(problem):
-    """(loss, Model of gradients, h_final (S, B, H), dh0 (S, B, H)) for a validated problem.
-
-    dh0 is zeros when h0 was not given (and is then not computed).
-    """
+    """(loss, Model of gradients, h_final, dh0, c_final, dc0) for a validated problem:
+    states (S, B, H); dh0 (and dc0) zeros when neither h0 nor c0 was given (and then not
+    computed); c_final and dc0 None for other cells than the LSTM."""
     model, dtype = problem.model, problem.dtype
     B, T = problem.B, problem.T
+    lstm = problem.cell == "lstm"
     if not (B and T):
-        grads = Model(tuple(tuple(Layer(np.zeros_like(d.U), np.zeros_like(d.W),
-                                        None if d.b is None else np.zeros_like(d.b), None)
+        grads = Model(tuple(tuple(Layer(*(None if a is None else np.zeros_like(a) for a in d))
                                   for d in layer) for layer in model.layers),
                       np.zeros_like(model.V), None if model.c is None else np.zeros_like(model.c))
-        return 0.0, grads, problem.h0.copy(), np.zeros_like(problem.h0)
+        zeros = np.zeros_like(problem.h0)
+        return (0.0, grads, problem.h0.copy(), zeros, problem.c0.copy() if lstm else None,
+                zeros.copy() if lstm else None)
     fw = run_forward(problem)
     total, err = _errors(problem, fw)
     dV, dc = _head_backward(problem, fw, err)
-    layers, dh0, _ = fw.backward()
+    layers, dh0, dc0, _ = fw.backward()
     grads = Model(layers, dV, dc if model.c is not None else None)
-    return total, grads, fw.h_final, \
-        dh0 if dh0 is not None else np.zeros(problem.h0.shape, dtype)
+    if dh0 is None:
+        dh0 = np.zeros(problem.h0.shape, dtype)
+        dc0 = dh0.copy() if lstm else None
+    return total, grads, fw.h_final, dh0, fw.c_final if lstm else None, dc0
 
 
 def _states_out(problem, array):
@@ -137,9 +140,13 @@ def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="soft
     problem = _validate(x, y, params, truncate=truncate, stride=stride, activation=activation,
                         loss=loss, h0=h0, lengths=lengths, check_finite=check_finite,
                         cell=cell, c0=c0)
-    total, grads, h_final, dh0 = _solve(problem)
+    total, grads, h_final, dh0, c_final, dc0 = _solve(problem)
+    if c_final is None:
+        return BPTTResult(total, pack_grads(problem, grads), _states_out(problem, h_final),
+                          _states_out(problem, dh0))
     return BPTTResult(total, pack_grads(problem, grads), _states_out(problem, h_final),
-                      _states_out(problem, dh0))
+                      _states_out(problem, dh0), _states_out(problem, c_final),
+                      _states_out(problem, dc0))
 
 
 def value_and_grad(x, y, params, **options):

@@ -3,16 +3,25 @@
 Arrays: ``params.<name>`` (U, W, V, b, c), ``optim.<key>`` (the optimizer's buffers),
 ``vocab`` (code points), ``hidden`` (the state carried into the next call), ``history.<key>``.
 Everything else (step, options, the optimizer's numbers, the RNG's state, the batcher's
-position) is one JSON string under ``meta``. Nothing is pickled: ``np.load`` reads it with
-``allow_pickle=False``. The file is written to a temporary file in the same folder and
-renamed over the target with `os.replace`, so a crash leaves the old checkpoint or the new
-one, never half of either.
+position) is one JSON string under ``meta``, with the format's number. Nothing is
+pickled: ``np.load`` reads it with ``allow_pickle=False``.
+
+Writing: the file goes to a temporary file in the target's folder, is flushed to disk
+and renamed over the target with `os.replace`, so a crash or a full disk leaves the old
+checkpoint or the new one, never half of either. A new file gets the permissions any
+new file gets (0o666 less the umask); a file that is replaced keeps its permissions; a
+path that is a symbolic link has its target replaced, and the link is kept.
+
+Reading: zip's CRC-32 covers every entry, and every entry is checked for its kind,
+type and shape, so a truncated file, a flipped byte, a foreign ``.npz`` or missing or
+mistyped entries raise `CheckpointError` (a ValueError) saying which file and what is
+wrong.
 """
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import stat
 import zipfile
 from dataclasses import dataclass, field
 
@@ -21,9 +30,14 @@ import numpy as np
 from .params import NAMES, Params
 from .text import Codec
 
-__all__ = ["Checkpoint", "save", "load"]
+__all__ = ["Checkpoint", "CheckpointError", "save", "load", "check_target"]
 
-FORMAT = 1
+FORMAT = 1                   # what `save` writes
+READABLE = (1,)              # what `load` reads
+
+
+class CheckpointError(ValueError):
+    """A file that is not a readable fastbptt checkpoint."""
 
 
 @dataclass
@@ -39,6 +53,26 @@ class Checkpoint:
     history: dict = field(default_factory=dict)   # name -> 1-D array
 
 
+def params_to_arrays(params):
+    """The model's named arrays, ``name -> array``: the one place that knows its layout."""
+    return {name: value for name, value in zip(NAMES, params) if value is not None}
+
+
+def params_from_arrays(arrays, fmt=FORMAT):
+    """`params_to_arrays` undone for a file of format ``fmt`` (one layout so far): U, W and
+    V required, b and c optional, each a float matrix or vector."""
+    missing = [name for name in ("U", "W", "V") if name not in arrays]
+    if missing:
+        raise CheckpointError(f"no params.{missing[0]} entry")
+    for name, value in arrays.items():
+        if name not in NAMES:
+            raise CheckpointError(f"unknown entry params.{name}")
+        if value.dtype.kind != "f" or value.ndim not in (1, 2):
+            raise CheckpointError(f"params.{name} is a {value.ndim}-D {value.dtype} array, "
+                                  "not a float matrix or vector")
+    return Params(*(arrays.get(name) for name in NAMES))
+
+
 def _jsonable(value):
     if isinstance(value, np.generic):
         return value.item()
@@ -49,10 +83,8 @@ def _jsonable(value):
     return value
 
 
-def save(path, ckpt):
-    """Write ``ckpt`` to ``path`` atomically; return the path."""
-    path = os.fspath(path)
-    arrays = {f"params.{k}": v for k, v in zip(NAMES, ckpt.params) if v is not None}
+def _arrays(ckpt):
+    arrays = {f"params.{k}": v for k, v in params_to_arrays(ckpt.params).items()}
     optim_numbers = {}
     for key, value in ckpt.optimizer.items():
         if isinstance(value, np.ndarray):
@@ -67,47 +99,184 @@ def save(path, ckpt):
     meta = {"format": FORMAT, "step": int(ckpt.step), "rng_state": ckpt.rng_state,
             "options": ckpt.options, "optimizer": optim_numbers, "batcher": ckpt.batcher}
     arrays["meta"] = np.array(json.dumps(_jsonable(meta)))
-    folder = os.path.dirname(os.path.abspath(path))
+    return arrays
+
+
+def _new_file(folder, name):
+    """A new, empty temporary file in ``folder`` (created with mode 0o666, which the
+    umask reduces, as for any new file): (descriptor, path)."""
+    for attempt in range(100):
+        path = os.path.join(folder, f".{name}.{os.getpid()}.{attempt}.tmp")
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a temporary file in {folder}")
+
+
+def _sync_folder(folder):
+    """Flush the folder's entry for the renamed file (where the system allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _existing_ancestor(folder):
+    """``folder`` or its nearest ancestor that exists."""
+    while not os.path.exists(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return folder
+
+
+def check_target(path, *, make_folders=True):
+    """Raise OSError unless a file can be written at ``path`` the way `save` writes one,
+    for checks before work that ends in a save. Creates nothing that stays: missing
+    folders (which `save` creates, when ``make_folders``) are checked by a probe in
+    their nearest existing ancestor. The messages do not repeat the path."""
+    target = os.path.realpath(os.fspath(path))
+    if os.path.isdir(target):
+        raise IsADirectoryError(f"that is a folder; give a file name, e.g. "
+                                f"{os.path.join(os.fspath(path), 'run.npz')}")
+    folder = os.path.dirname(target)
+    base = _existing_ancestor(folder)
+    if base != folder and not make_folders:
+        raise FileNotFoundError(f"its folder {folder} does not exist")
+    if not os.path.isdir(base):
+        raise NotADirectoryError(f"{base} is a file, not a folder")
+    try:
+        fd, tmp = _new_file(base, os.path.basename(target))
+    except OSError as error:
+        raise type(error)(f"cannot create a file in {base}: "
+                          f"{error.strerror or error}") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
+def save(path, ckpt):
+    """Write ``ckpt`` to ``path`` atomically; return the path."""
+    path = os.fspath(path)
+    arrays = _arrays(ckpt)
+    target = os.path.realpath(path)      # a symbolic link: replace its target, keep it
+    folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=folder)
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = None                          # a new file: the umask decides
+    fd, tmp = _new_file(folder, os.path.basename(target))
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    _sync_folder(folder)
     return path
 
 
+def _entry(data, key):
+    try:
+        return data[key]
+    except KeyError:
+        raise CheckpointError(f"no {key!r} entry") from None
+
+
+def _meta(data):
+    raw = _entry(data, "meta")
+    if raw.dtype.kind != "U" or raw.ndim != 0:
+        raise CheckpointError(f"'meta' is a {raw.dtype} array, not a JSON string")
+    meta = json.loads(str(raw))
+    if not isinstance(meta, dict):
+        raise CheckpointError("'meta' is not a JSON object")
+    if meta.get("format") not in READABLE:
+        raise CheckpointError(f"format {meta.get('format')!r} is not one this version reads "
+                              f"({', '.join(map(str, READABLE))})")
+    kinds = {"step": int, "rng_state": dict, "options": dict, "optimizer": dict,
+             "batcher": dict}
+    for key, kind in kinds.items():
+        if key not in meta:
+            raise CheckpointError(f"'meta' has no {key!r}")
+        if not isinstance(meta[key], kind) or isinstance(meta[key], bool):
+            raise CheckpointError(f"'meta' {key!r} is a {type(meta[key]).__name__}, not "
+                                  f"a {kind.__name__}")
+    if meta["step"] < 0:
+        raise CheckpointError(f"'meta' step is {meta['step']}")
+    return meta
+
+
+def _vocabulary(codes):
+    if codes.dtype.kind not in "iu" or codes.ndim != 1 or not codes.size:
+        raise CheckpointError(f"'vocab' is a {codes.ndim}-D {codes.dtype} array, not a list "
+                              "of code points")
+    if codes.min() < 0 or codes.max() >= 0x110000:
+        raise CheckpointError("'vocab' holds values that are not Unicode code points")
+    return Codec.from_array(codes)
+
+
+def _read(data):
+    meta = _meta(data)
+    files = set(data.files)
+    for key in files - {"meta", "vocab", "hidden"}:
+        if not key.startswith(("params.", "optim.", "history.")):
+            raise CheckpointError(f"unknown entry {key!r}")
+    params = params_from_arrays({key[len("params."):]: data[key] for key in files
+                                 if key.startswith("params.")}, meta["format"])
+    optimizer = dict(meta["optimizer"])
+    history = {}
+    for key in files:
+        if key.startswith("optim."):
+            optimizer[key[len("optim."):]] = data[key]
+        elif key.startswith("history."):
+            history[key[len("history."):]] = data[key]
+    hidden = data["hidden"] if "hidden" in files else None
+    if hidden is not None and (hidden.dtype.kind != "f" or hidden.ndim != 2):
+        raise CheckpointError(f"'hidden' is a {hidden.ndim}-D {hidden.dtype} array, not a "
+                              "float matrix")
+    return Checkpoint(params=params, optimizer=optimizer,
+                      codec=_vocabulary(_entry(data, "vocab")), step=meta["step"],
+                      rng_state=meta["rng_state"], options=meta["options"], hidden=hidden,
+                      batcher=meta["batcher"], history=history)
+
+
 def load(path):
-    """Read a `Checkpoint` written by `save`."""
+    """Read a `Checkpoint` written by `save`.
+
+    FileNotFoundError or IsADirectoryError when there is no file; `CheckpointError` for a
+    file that is not a complete, undamaged checkpoint.
+    """
     path = os.fspath(path)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint at {path}")
-    if not zipfile.is_zipfile(path):
-        raise ValueError(f"{path} is not a fastbptt checkpoint (not an .npz file)")
-    with np.load(path, allow_pickle=False) as data:
-        files = set(data.files)
-        if "meta" not in files:
-            raise ValueError(f"{path} is not a fastbptt checkpoint (no 'meta' entry)")
-        meta = json.loads(str(data["meta"]))
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"{path}: unsupported checkpoint format {meta.get('format')!r}")
-        params = Params(*(data[f"params.{k}"] if f"params.{k}" in files else None
-                          for k in NAMES))
-        optimizer = dict(meta["optimizer"])
-        history = {}
-        for key in data.files:
-            if key.startswith("optim."):
-                optimizer[key[len("optim."):]] = data[key]
-            elif key.startswith("history."):
-                history[key[len("history."):]] = data[key]
-        return Checkpoint(params=params, optimizer=optimizer,
-                          codec=Codec.from_array(data["vocab"]), step=meta["step"],
-                          rng_state=meta["rng_state"], options=meta["options"],
-                          hidden=data["hidden"] if "hidden" in files else None,
-                          batcher=meta["batcher"], history=history)
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"{path} is a folder, not a checkpoint")
+    with open(path, "rb") as f:              # unreadable: the OSError says so
+        if not zipfile.is_zipfile(f):
+            raise CheckpointError(f"{path} is not a fastbptt checkpoint (not an .npz file, "
+                                  "or one cut short)")
+        f.seek(0)
+        try:
+            with np.load(f, allow_pickle=False) as data:
+                return _read(data)
+        except CheckpointError as error:
+            raise CheckpointError(f"{path} is not a usable fastbptt checkpoint: "
+                                  f"{error}") from None
+        except Exception as error:          # whatever damaged bytes make zipfile or numpy do
+            reason = " ".join(f"{type(error).__name__}: {error}".split())
+            raise CheckpointError(f"{path} is damaged or not a fastbptt checkpoint "
+                                  f"({reason})") from None

@@ -12,12 +12,15 @@ source when no file is given) and ``fastbptt sample CHECKPOINT`` prints text fro
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 import numpy as np
 
 from . import reference
+from ._command_errors import run_command
+from ._ranges import Range
 from .api import bptt
 from .bench.agreement import relative_error
 from .bench.timing import measure
@@ -25,7 +28,13 @@ from .params import init_params
 
 
 def demo(args):
+    from ._preflight import memory
+
     dtype = np.dtype(args.dtype)
+    H, L, B, T = args.hidden, args.vocab, args.batch, args.steps
+    memory(dtype.itemsize * (3 * (H * H + 2 * H * L) + 8 * B * T * (H + L)),
+           f"--hidden {H} --vocab {L} --batch {B} --steps {T} (weights and gradients of the "
+           "kernels and the reference)", "choose smaller sizes")
     rng = np.random.default_rng(args.seed)
     params = init_params(args.vocab, args.hidden, args.vocab, bias=False, dtype=dtype,
                          seed=rng)
@@ -63,9 +72,14 @@ def demo(args):
 
 
 def bench(args):
+    from . import _preflight
     from .bench import report, runner
     from .bench.workloads import DEFAULT
 
+    if args.plot:                               # fail before minutes of measuring
+        _preflight.plot_file(args.plot)
+    if args.json:
+        _preflight.output_file(args.json, "--json")
     if args.torch or args.jax:
         from .bench import bridge_steps
 
@@ -76,8 +90,6 @@ def bench(args):
         print(bridge_steps.table(results, args.threads))
         if not args.workloads:
             return 0
-    if args.plot:
-        report.check_plotting()                 # fail before minutes of measuring
     result = runner.run(names=args.workloads or DEFAULT, threads=args.threads,
                         repeat=args.repeat, with_peers=not args.no_peers,
                         reference=args.reference, startup=args.startup)
@@ -109,21 +121,13 @@ def train(args):
     for name in ("clip_norm", "clip_value"):
         if given.get(name) == 0:
             given[name] = None                  # 0 turns that clipping off
-    try:
-        return run(args, given)
-    except (OSError, ValueError) as e:          # unreadable files, inconsistent options
-        print(f"fastbptt train: {e}", file=sys.stderr)
-        return 2
+    return run(args, given)
 
 
 def sample(args):
     from .train import run_sample
 
-    try:
-        return run_sample(args)
-    except (OSError, ValueError) as e:          # no such file, not a checkpoint
-        print(f"fastbptt sample: {e}", file=sys.stderr)
-        return 2
+    return run_sample(args)
 
 
 def _workload_names(text):
@@ -135,38 +139,37 @@ def _workload_names(text):
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _threads(text):
-    import os
-
-    n = int(text)
-    if not 1 <= n <= (os.cpu_count() or 1):
-        raise argparse.ArgumentTypeError(f"threads must lie in [1, {os.cpu_count()}]; got {n}")
-    return n
-
-
-def _seconds(text):
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds; got {text}")
-    return value
+def _type(check, name):
+    """An argparse type from a `fastbptt._ranges` check: its ValueError becomes the
+    message argparse prints after the option's name."""
+    def parse(text):
+        try:
+            return check(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    parse.__name__ = name
+    return parse
 
 
-def _positive(text):
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1; got {n}")
-    return n
+_threads = _type(Range(1, os.cpu_count() or 1, integer=True), "threads")
+_seconds = _type(Range(0, low_open=True), "seconds")
+_positive = _type(Range(1, integer=True), "positive")
+_count = _type(Range(0, integer=True), "count")
+_nonnegative_float = _type(Range(0), "nonnegative")
+_temperature = _type(Range(0, low_open=True), "temperature")
+_seed = _type(Range(0, integer=True), "seed")
+_at_least_two = _type(Range(2, integer=True), "at_least_two")
 
 
 def _truncate(text):
-    return None if text.lower() in ("none", "full") else int(text)
+    return None if text.lower() in ("none", "full") else _positive(text)
 
 
-def _nonnegative_float(text):
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0; got {text}")
-    return value
+def _option_type(field):
+    """The argparse type of a `fastbptt.train.TrainOptions` field: its range."""
+    from .train import OPTION_RANGES
+
+    return _type(OPTION_RANGES[field], field)
 
 
 def _add_train(commands):
@@ -178,42 +181,48 @@ def _add_train(commands):
         description="Chunked truncated BPTT over one long character stream: B cursors, T "
                     "steps per call, each call's final state carried into the next call's "
                     "h0. Without TEXT_FILE it trains on the standard library's .py files and "
-                    "holds out the last 10% for validation. Ctrl-C saves a checkpoint and "
-                    "exits with code 130; --resume continues from it. Run it as `env -u "
+                    "holds out the last 10% for validation. Ctrl-C, SIGTERM or SIGHUP saves "
+                    "a checkpoint and exits with code 130, 143 or 129; so does a run that "
+                    "diverges or fails, with code 1, keeping the state before the failing "
+                    "step; --resume continues from it. Run it as `env -u "
                     "OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE fastbptt train` where those "
                     "variables are set.")
     t.add_argument("files", nargs="*", metavar="TEXT_FILE", help="UTF-8 text to train on")
     g = t.add_argument_group("model and data (fixed for a run; --resume takes them from "
                              "the checkpoint)")
-    g.add_argument("--hidden", type=_positive, help=f"hidden size H ({d.hidden})")
-    g.add_argument("--seq-length", type=_positive, dest="seq_length",
+    g.add_argument("--hidden", type=_option_type("hidden"), help=f"hidden size H ({d.hidden})")
+    g.add_argument("--seq-length", type=_option_type("seq_length"), dest="seq_length",
                    help=f"steps T per call and cursor ({d.seq_length})")
-    g.add_argument("--batch", type=_positive, help=f"parallel cursors B ({d.batch})")
+    g.add_argument("--batch", type=_option_type("batch"),
+                   help=f"parallel cursors B ({d.batch})")
     g.add_argument("--optimizer", choices=["adam", "adagrad", "sgd"],
                    help=f"({d.optimizer})")
-    g.add_argument("--lr", type=float, help=f"learning rate ({d.lr:g})")
+    g.add_argument("--lr", type=_option_type("lr"),
+                   help=f"learning rate; may change on --resume ({d.lr:g})")
     g.add_argument("--lr-decay", choices=["linear", "none"], dest="lr_decay",
                    help="linear: from lr down to lr x --lr-final at the last step (--steps, "
                         "or estimated from the speed of the first 200 steps and --time) "
                         f"({d.lr_decay})")
-    g.add_argument("--lr-final", type=float, dest="lr_final",
+    g.add_argument("--lr-final", type=_option_type("lr_final"), dest="lr_final",
                    help=f"the decay's final fraction of lr ({d.lr_final:g})")
-    g.add_argument("--lr-horizon", type=_positive, dest="horizon", metavar="STEP",
+    g.add_argument("--lr-horizon", type=_option_type("horizon"), dest="horizon", metavar="STEP",
                    help="the step where the decay ends (--steps, else estimated)")
-    g.add_argument("--momentum", type=float, help="SGD momentum (0)")
+    g.add_argument("--momentum", type=_option_type("momentum"), help="SGD momentum (0)")
     g.add_argument("--clip-norm", type=_nonnegative_float, dest="clip_norm",
-                   help="clip the global gradient norm to this; 0 = off (off)")
+                   help="clip the global gradient norm to this; 0 = off; may change on "
+                        "--resume (off)")
     g.add_argument("--clip-value", type=_nonnegative_float, dest="clip_value",
-                   help=f"clip each gradient entry to [-v, v]; 0 = off ({d.clip_value:g})")
-    g.add_argument("--truncate", type=_positive,
+                   help="clip each gradient entry to [-v, v]; 0 = off; may change on "
+                        f"--resume ({d.clip_value:g})")
+    g.add_argument("--truncate", type=_option_type("truncate"),
                    help="BPTT window k (T: chunks, min-char-rnn's)")
-    g.add_argument("--stride", type=_positive,
+    g.add_argument("--stride", type=_option_type("stride"),
                    help="stride s, 1 <= s <= k (k: chunks; 1: a window per output)")
     g.add_argument("--dtype", choices=["float32", "float64"], help=f"({d.dtype})")
     g.add_argument("--activation", choices=["tanh", "sigmoid", "relu", "identity"],
                    help=f"({d.activation})")
-    g.add_argument("--seed", type=int, help=f"weights and samples ({d.seed})")
-    g.add_argument("--val-fraction", type=float, dest="val_fraction",
+    g.add_argument("--seed", type=_option_type("seed"), help=f"weights and samples ({d.seed})")
+    g.add_argument("--val-fraction", type=_option_type("val_fraction"), dest="val_fraction",
                    help=f"last part of the text held out ({d.val_fraction:g})")
     r = t.add_argument_group("this invocation")
     r.add_argument("--steps", type=_positive,
@@ -225,12 +234,13 @@ def _add_train(commands):
     r.add_argument("--checkpoint", default="fastbptt-char.npz",
                    help="where to save (and --resume from) (fastbptt-char.npz)")
     r.add_argument("--resume", action="store_true", help="continue from --checkpoint")
-    r.add_argument("--sample-every", type=int, default=2000, dest="sample_every",
+    r.add_argument("--sample-every", type=_count, default=2000, dest="sample_every",
                    help="steps between samples and validation estimates; 0 = none (2000)")
-    r.add_argument("--sample-chars", type=int, default=300, dest="sample_chars",
+    r.add_argument("--sample-chars", type=_count, default=300, dest="sample_chars",
                    help="characters per sample (300)")
-    r.add_argument("--temperature", type=float, default=0.8, help="of the samples (0.8)")
-    r.add_argument("--eval-chars", type=_positive, default=50_000, dest="eval_chars",
+    r.add_argument("--temperature", type=_temperature, default=0.8,
+                   help="of the samples (0.8)")
+    r.add_argument("--eval-chars", type=_at_least_two, default=50_000, dest="eval_chars",
                    help="validation characters used for the estimates between samples; the "
                         "final validation loss uses all (50000)")
     r.add_argument("--no-progress", action="store_true", dest="no_progress",
@@ -240,29 +250,38 @@ def _add_train(commands):
 
     s = commands.add_parser("sample", help="print text from a checkpoint of fastbptt train")
     s.add_argument("checkpoint", metavar="CHECKPOINT")
-    s.add_argument("--chars", type=int, default=500, help="characters to draw (500)")
-    s.add_argument("--temperature", type=float, default=0.8,
-                   help="below 1 sharper, above 1 more random (0.8)")
+    s.add_argument("--chars", type=_count, default=500, help="characters to draw (500)")
+    s.add_argument("--temperature", type=_temperature, default=0.8,
+                   help="below 1 sharper, above 1 more random; a tiny one draws the most "
+                        "likely character (0.8)")
     s.add_argument("--prime", default="", help="text to start from (printed first)")
-    s.add_argument("--seed", type=int, default=None, help="for reproducible text")
+    s.add_argument("--seed", type=_seed, default=None, help="for reproducible text")
     s.set_defaults(run=sample)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line (no usage block), with status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message}; see `{self.prog} -h`\n")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="fastbptt", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="fastbptt", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command")
     d = commands.add_parser("demo", help="the documents' example: kernels vs reference")
-    d.add_argument("--steps", type=int, default=100, help="sequence length T (100)")
-    d.add_argument("--hidden", type=int, default=128, help="hidden size H (128)")
-    d.add_argument("--vocab", type=int, default=65, help="symbols, in and out (65)")
-    d.add_argument("--batch", type=int, default=1, help="sequences per call (1)")
+    d.add_argument("--steps", type=_positive, default=100, help="sequence length T (100)")
+    d.add_argument("--hidden", type=_positive, default=128, help="hidden size H (128)")
+    d.add_argument("--vocab", type=_positive, default=65, help="symbols, in and out (65)")
+    d.add_argument("--batch", type=_positive, default=1, help="sequences per call (1)")
     d.add_argument("--activation", default="sigmoid",
                    choices=["tanh", "sigmoid", "relu", "identity"])
     d.add_argument("--truncate", type=_truncate, default=10,
                    help="window length k, or 'full' (10, as document 003)")
     d.add_argument("--dtype", default="float64", choices=["float32", "float64"])
-    d.add_argument("--repeat", type=int, default=200, help="timed calls of the kernels (200)")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--repeat", type=_positive, default=200,
+                   help="timed calls of the kernels (200)")
+    d.add_argument("--seed", type=_seed, default=0)
     d.set_defaults(run=demo)
 
     b = commands.add_parser(
@@ -295,13 +314,22 @@ def build_parser():
                         "layers (T4, T5) instead of the workloads (add --workloads for both)")
     b.set_defaults(run=bench)
     _add_train(commands)
+    parser.commands = commands.choices          # name -> its parser
     return parser
 
 
 def main(argv=None):
+    """Run the command in ``argv`` (default: the program's arguments); its exit status.
+
+    Without ``argv`` this is the program: signals that come after the command has ended
+    are ignored until it exits, so they cannot change its status.
+    """
     parser = build_parser()
+    last = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("demo", "bench", "train", "sample", "-h", "--help"):
         argv = ["demo"] + argv                  # demo is the default: `fastbptt --steps 20`
-    args = parser.parse_args(argv)
-    return args.run(args)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:                                 # said by the command's parser, not the top's
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    return run_command(f"fastbptt {args.command}", args.run, args, last=last)

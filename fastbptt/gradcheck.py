@@ -1,44 +1,83 @@
 """Central finite differences against the analytic gradient, for any model and options.
 
 A truncated gradient is not the gradient of L. It is the gradient of the surrogate loss
-in which output t sees the state h_{lo(t)-1} as a constant (SPEC.md §3). So the finite
-differences here are taken of that surrogate: for each output, the state where its window
-starts is frozen at its value under the unperturbed parameters. With truncate=None the
-surrogate is L itself. Differences are taken in extended precision (np.longdouble, 80-bit
-on x86), whatever the params' dtype, so that rounding in the loss does not swamp them.
+in which output t sees the states before lo(t) as constants (SPEC.md §3, §7): every
+layer's state at step lo(t) - 1 is frozen at its value under the unperturbed parameters
+and inputs, and the stack runs from there to t. With truncate=None the surrogate is L
+itself. Differences are taken in extended precision (np.longdouble, 80-bit on x86),
+whatever the params' dtype, so that rounding in the loss does not swamp them; the loss is
+computed by the reference's loops (`fastbptt.reference`).
+
+`check_grad` differences the loss of the output layer (SPEC.md §1); `check_layer_grad`
+the loss a layer's caller injects, L = sum_t <dh_t, h_t> + <dh_final, h_final>
+(+ <dc_final, c_final>), for `fastbptt.layer.vjp`.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from . import reference as ref
-from ._inputs import prepare
+from ._inputs import prepare, prepare_layer
 from .api import bptt
-from .params import Params, read_structure
+from .layer import vjp
+from .params import Layer, Model, leaves
+from .reference import output, output_error, windows
+from .reference.stack import initial_states, input_column, run_stack, top
 
-__all__ = ["check_grad"]
+__all__ = ["check_grad", "check_layer_grad"]
+
+WIDE = np.longdouble
+DEFAULT_EPS = float(np.cbrt(np.finfo(WIDE).eps))    # balances truncation and rounding
 
 
-def _base_states(problem, params64, h0):
-    """For each sequence, [h_{-1} = h0, h_0, ..., h_{n-1}] under the unperturbed params."""
-    return [[h0[b]] + ref.run_states(problem, b, 0, int(problem.lengths[b]), h0[b], params64)
-            for b in range(problem.B)]
+def _widen(problem):
+    """The problem with every float array (params, dense x and y, h0, c0) a WIDE copy."""
+    def wide(a):
+        return None if a is None else np.array(a, WIDE)
+
+    model = problem.model
+    layers = tuple(tuple(Layer(*map(wide, layer)) for layer in row) for row in model.layers)
+    return dataclasses.replace(
+        problem, model=Model(layers, wide(model.V), wide(model.c)), h0=wide(problem.h0),
+        c0=wide(problem.c0), x=problem.x if problem.ids else wide(problem.x),
+        y=problem.y if problem.y is None or problem.y_ids else wide(problem.y),
+        dtype=np.dtype(WIDE))
 
 
-def _surrogate_loss(problem, params64, h0, frozen):
-    """Sum over outputs t of L_t, each computed from the frozen state h_{lo(t)-1}."""
+def _frozen(problem):
+    """frozen[b][t]: every direction's state after step t of sequence b, unperturbed
+    (truncation runs forward directions only, SPEC.md §8)."""
+    if problem.truncate is None:
+        return None
+    out = []
+    for b in range(problem.B):
+        inputs = [input_column(problem, b, t) for t in range(int(problem.lengths[b]))]
+        runs = [r for row in run_stack(problem, inputs, initial_states(problem, b))
+                for r in row]
+        out.append([[r.states[t] for r in runs] for t in range(len(inputs))])
+    return out
+
+
+def _surrogate(problem, frozen, at_output, at_final):
+    """sum over outputs t of at_output(b, t, h_t), h_t from the states frozen before
+    lo(t), plus at_final(b, final states) where the last step's group ends."""
     total = WIDE(0)
     for b in range(problem.B):
         n = int(problem.lengths[b])
-        starts = {}
-        for t in range(n):
-            starts.setdefault(ref.window_start(t, problem.truncate, problem.stride), []).append(t)
-        for lo, outputs in starts.items():
-            h_before = h0[b] if lo == 0 else frozen[b][lo]
-            states = ref.run_states(problem, b, lo, outputs[-1] + 1, h_before, params64)
+        start = initial_states(problem, b)
+        if n == 0:
+            total += at_final(b, start)
+            continue
+        inputs = [input_column(problem, b, t) for t in range(n)]
+        for lo, outputs in windows(n, problem.truncate, problem.stride).items():
+            hi = outputs[-1]
+            runs = run_stack(problem, inputs[lo:hi + 1], start if lo == 0 else frozen[b][lo - 1])
+            h = top(runs)
             for t in outputs:
-                total += ref.output_error(ref.output(states[t - lo], params64), problem.y[b, t],
-                                          problem.y_ids, problem.loss)[0]
+                total += at_output(b, t, h[t - lo])
+            if hi == n - 1:
+                total += at_final(b, [r.final for row in runs for r in row])
     return total
 
 
@@ -54,8 +93,43 @@ def _relative_error(analytic, numeric):
     return float((np.abs(analytic - numeric) / denom).max())
 
 
-WIDE = np.longdouble
-DEFAULT_EPS = float(np.cbrt(np.finfo(WIDE).eps))    # balances truncation and rounding
+def _targets(problem, wide, grads, states):
+    """{name: (WIDE array the loss reads, analytic gradient)}: every leaf of the params
+    (named as `fastbptt.params.leaves` names them), then ``states`` ({name: (array,
+    analytic)}) whose analytic gradient is not None."""
+    values = leaves(problem.rebuild(wide.model))      # the caller's names, WIDE arrays
+    analytic = leaves(grads)
+    missing = [name for name in values if name not in analytic]
+    if missing:
+        raise ValueError(f"the gradients checked have no {', '.join(missing)}")
+    out = {name: (value, analytic[name]) for name, value in values.items()}
+    for name, (value, exact) in states.items():
+        if exact is not None:
+            out[name] = (value, np.reshape(exact, value.shape))
+    return out
+
+
+def _errors(targets, loss, eps):
+    """{name: relative error} of each analytic gradient against central differences of
+    loss() as each entry of its array moves by +-eps."""
+    eps = DEFAULT_EPS if eps is None else eps
+    errors = {}
+    for name, (value, exact) in targets.items():
+        numeric = np.zeros(value.shape, WIDE)
+        for index in np.ndindex(value.shape):
+            saved = value[index]
+            value[index] = saved + eps
+            plus = loss()
+            value[index] = saved - eps
+            minus = loss()
+            value[index] = saved
+            numeric[index] = (plus - minus) / (2 * eps)
+        errors[name] = _relative_error(exact, numeric)
+    return errors
+
+
+def _no_final(b, states):
+    return 0
 
 
 def check_grad(x, y, params, *, eps=None, impl=None, **options):
@@ -64,7 +138,7 @@ def check_grad(x, y, params, *, eps=None, impl=None, **options):
     Parameters
     ----------
     x, y, params
-        As for `fastbptt.grad`.
+        As for `fastbptt.grad`: one layer with its head, or a stack of any cell.
     eps : float, optional
         Step of the central difference (f(p + eps) - f(p - eps)) / (2 eps); default the cube
         root of the extended-precision machine epsilon (about 5e-7 on x86).
@@ -72,39 +146,83 @@ def check_grad(x, y, params, *, eps=None, impl=None, **options):
         A ``bptt``-like function to check (default `fastbptt.bptt`; e.g.
         `fastbptt.reference.bptt`).
     **options
-        truncate, stride, activation, loss, h0, lengths, as for `fastbptt.grad`.
+        truncate, stride, activation, loss, h0, lengths, cell, c0, as for `fastbptt.grad`.
 
     Returns
     -------
     dict
-        Parameter name ('U', 'W', 'V', and 'b', 'c', 'h0' where present) to the worst
-        relative error over its entries: |a - n| / max(|a|, |n|, 1e-3 * largest entry).
+        Parameter name to the worst relative error over its entries:
+        |a - n| / max(|a|, |n|, 1e-3 * largest entry). Names as `fastbptt.params.leaves`
+        gives them ('U', 'W', 'V', 'b', 'c' for one layer with its head;
+        'layers.<l>.<d>.U', ..., 'V', 'c' for a stack), then 'h0' where h0 was given and
+        'c0' where c0 was given and the result has a dc0.
     """
     problem = prepare(x, y, params, **options)
     result = (impl or bptt)(x, y, params, **options)
-    analytic, _ = read_structure(result.grads)
-    eps = DEFAULT_EPS if eps is None else eps
-    wide = Params(*(None if v is None else v.astype(WIDE) for v in problem.params))
-    h0 = problem.h0[0].astype(WIDE)
-    frozen = _base_states(problem, wide, h0)
+    wide = _widen(problem)
+    V, c = wide.model.V, wide.model.c
 
-    def loss_at(p, h):
-        return _surrogate_loss(problem, p, h, frozen)
+    def at_output(b, t, h):
+        return output_error(output(h, V, c), wide.y[b, t], wide.y_ids, wide.loss)[0]
 
-    targets = {name: (getattr(wide, name), getattr(analytic, name))
-               for name in Params._fields if getattr(wide, name) is not None}
-    if options.get("h0") is not None:
-        targets["h0"] = (h0, np.reshape(result.dh0, h0.shape))
-    errors = {}
-    for name, (value, exact) in targets.items():
-        numeric = np.zeros(value.shape, WIDE)
-        for index in np.ndindex(value.shape):
-            saved = value[index]
-            value[index] = saved + eps
-            plus = loss_at(wide, h0)
-            value[index] = saved - eps
-            minus = loss_at(wide, h0)
-            value[index] = saved
-            numeric[index] = (plus - minus) / (2 * eps)
-        errors[name] = _relative_error(exact, numeric)
-    return errors
+    states = {"h0": (wide.h0, result.dh0 if problem.h0_given else None),
+              "c0": (wide.c0, getattr(result, "dc0", None) if problem.c0_given else None)}
+    frozen = _frozen(wide)
+    return _errors(_targets(problem, wide, result.grads, states),
+                   lambda: _surrogate(wide, frozen, at_output, _no_final), eps)
+
+
+def check_layer_grad(x, params, dh, dh_final=None, dc_final=None, *, eps=None, impl=None,
+                     **options):
+    """`check_grad` for a layer's VJP: the loss L = sum_t <dh_t, h_t> + <dh_final, h_final>
+    (+ <dc_final, c_final>), each term truncated as SPEC.md §7 says.
+
+    Parameters
+    ----------
+    x, params
+        As for `fastbptt.layer.vjp`: one layer or a stack, of any cell.
+    dh, dh_final, dc_final
+        The upstream gradients passed to ``back``, shaped like ``out.h``, ``out.h_final``
+        and ``out.c_final``.
+    eps : float, optional
+        As for `check_grad`.
+    impl : callable, optional
+        A ``vjp``-like function to check (default `fastbptt.layer.vjp`; e.g.
+        `fastbptt.reference.layer_vjp`).
+    **options
+        cell, activation, h0, c0, lengths, reverse, truncate, stride, as for
+        `fastbptt.layer.vjp`.
+
+    Returns
+    -------
+    dict
+        As `check_grad`: the leaves of the layer params ('U', 'W', 'b', 'bh' for one layer,
+        'layers.<l>.<d>.U', ... for a stack), then 'x' for dense inputs, 'h0' and 'c0'
+        where given.
+    """
+    problem = prepare_layer(x, params, **options)
+    result = (impl or vjp)(x, params, **options)[1](dh, dh_final, dc_final)
+    wide = _widen(problem)
+    S, B, H = wide.h0.shape
+    G = np.asarray(dh, WIDE).reshape(B, problem.T, -1)
+    finals = [None if v is None else np.asarray(v, WIDE).reshape(S, B, H)
+              for v in (dh_final, dc_final)]
+
+    def at_output(b, t, h):
+        return G[b, t] @ h
+
+    def at_final(b, states):
+        total = WIDE(0)
+        for s, state in enumerate(states):
+            if finals[0] is not None:
+                total += finals[0][s, b] @ state.h
+            if finals[1] is not None:
+                total += finals[1][s, b] @ state.c
+        return total
+
+    states = {"x": (wide.x, None if problem.ids else result.dx),
+              "h0": (wide.h0, result.dh0 if problem.h0_given else None),
+              "c0": (wide.c0, result.dc0 if problem.c0_given else None)}
+    frozen = _frozen(wide)
+    return _errors(_targets(problem, wide, result.grads, states),
+                   lambda: _surrogate(wide, frozen, at_output, at_final), eps)

@@ -42,14 +42,14 @@ def _outputs(problem, fw):
         h = top.reshape(T, B, width).transpose(1, 0, 2) if fw.plan.narrow else \
             top.reshape(width, T, B).transpose(2, 1, 0)
         h = np.array(h, order="C")
-        h_final = fw.h_final
+        h_final, c_final = fw.h_final, fw.c_final
     else:
         h = np.zeros((B, T, width), problem.dtype)
-        h_final = problem.h0.copy()
-    h_final = _caller_states(problem, h_final)
+        h_final, c_final = problem.h0.copy(), problem.c0
+    c_final = _caller_states(problem, c_final) if problem.cell == "lstm" else None
     if problem.single:
         h = h[0]
-    return LayerOutput(h, h_final)
+    return LayerOutput(h, _caller_states(problem, h_final), c_final)
 
 
 def _caller_states(problem, array):
@@ -99,19 +99,21 @@ class _Back:
         of h_final; zeros when h0 was not given) and ``dc0`` (None).
         """
         p, fw = self._problem, self._fw
-        if dc_final is not None:
+        if dc_final is not None and p.cell != "lstm":
             raise ValueError(f"dc_final is the LSTM's cell-state gradient; the {p.cell} cell "
                              "has no cell state (pass dc_final=None)")
         dh = _upstream("dh", dh, p, self._out.h.shape, self._check_finite)
-        final = None
+        final = cells = None
         if dh_final is not None:
             final = _upstream("dh_final", dh_final, p, self._out.h_final.shape,
-                              self._check_finite)
-            final = final.reshape(p.h0.shape)
+                              self._check_finite).reshape(p.h0.shape)
+        if dc_final is not None:
+            cells = _upstream("dc_final", dc_final, p, self._out.c_final.shape,
+                              self._check_finite).reshape(p.h0.shape)
         B, T = p.B, p.T
         H = p.sizes[1]
         if not (B and T):
-            return self._empty(final)
+            return self._empty(final, cells)
         width = H * p.directions
         tm = fw.plan.back_tm
         mask = p.padding_mask()
@@ -126,25 +128,36 @@ class _Back:
             G.reshape(width, T, B)[:, ~mask.T] = 0
         fw.convert_states()
         fw.inject(G)
-        layers, dh0, dx = fw.backward(dh_final=final, need_dx=not p.ids)
+        layers, dh0, dc0, dx = fw.backward(dh_final=final, dc_final=cells, need_dx=not p.ids)
+        return self._grads(layers, dh0, dc0, dx)
+
+    def _grads(self, layers, dh0, dc0, dx):
+        """`LayerGrads` in the caller's structure and layouts (zeros for dh0, dc0 when
+        neither h0 nor c0 was given)."""
+        p = self._problem
+        lstm = p.cell == "lstm"
         if dh0 is None:
             dh0 = np.zeros_like(p.h0)
+            dc0 = np.zeros_like(p.h0) if lstm else None
         if dx is not None and p.single:
             dx = dx[0]
-        return LayerGrads(p.rebuild(Model(layers)), dx, _caller_states(p, dh0), None)
+        return LayerGrads(p.rebuild(Model(layers)), dx, _caller_states(p, dh0),
+                          _caller_states(p, dc0) if lstm else None)
 
-    def _empty(self, final):
+    def _empty(self, final, cells):
+        """The gradients of a call with no steps: h_final is h0 (c_final c0)."""
         p = self._problem
-        layers = tuple(tuple(Layer(np.zeros_like(d.U), np.zeros_like(d.W),
-                                   None if d.b is None else np.zeros_like(d.b), None)
+        layers = tuple(tuple(Layer(*(None if a is None else np.zeros_like(a) for a in d))
                              for d in directions) for directions in p.model.layers)
-        dh0 = np.zeros_like(p.h0)
-        if final is not None and p.h0_given:
-            dh0 += final                   # no steps: h_final is h0
+        starts = p.h0_given or p.c0_given
+        dh0 = np.zeros_like(p.h0) if starts else None
+        dc0 = np.zeros_like(p.h0) if starts and p.cell == "lstm" else None
+        if final is not None and dh0 is not None:
+            dh0 += final
+        if cells is not None and dc0 is not None:
+            dc0 += cells
         dx = None if p.ids else np.zeros((p.B, p.T, p.sizes[0]), p.dtype)
-        if dx is not None and p.single:
-            dx = dx[0]
-        return LayerGrads(p.rebuild(Model(layers)), dx, _caller_states(p, dh0), None)
+        return self._grads(layers, dh0, dc0, dx)
 
 
 def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=None,
@@ -182,7 +195,8 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
     -------
     out : LayerOutput
         ``h``: the top layer's states, (B, T, H D) or (T, H D), zero at padding steps;
-        ``h_final``: each sequence's last real state, shaped like h0; ``c_final``: None.
+        ``h_final``: each sequence's last real state, shaped like h0; ``c_final``: the
+        LSTM's last cell state, likewise (None for other cells).
     back : callable
         ``back(dh, dh_final=None, dc_final=None)`` -> `LayerGrads`.
     """

@@ -12,12 +12,18 @@ __all__ = ["sample", "sample_ids"]
 
 
 def _probabilities(h, V, c, temperature):
-    """softmax((V h + c) / temperature) in float64."""
+    """softmax((V h + c) / temperature) in float64.
+
+    The largest logit is subtracted before the division, so every scaled logit is at
+    most 0: a temperature so small that a difference overflows (1e-320) gives -inf,
+    probability 0, and the draw is greedy, instead of inf - inf = NaN.
+    """
     logits = V.astype(np.float64) @ h.astype(np.float64)
     if c is not None:
         logits += c
-    logits /= temperature
     logits -= logits.max()
+    with np.errstate(over="ignore"):
+        logits /= temperature
     p = np.exp(logits)
     return p / p.sum()
 
@@ -32,11 +38,16 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
     """
     if not temperature > 0:
         raise ValueError(f"temperature must be positive; got {temperature}")
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"the number of ids to draw must be an int of at least 0; got {n!r}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose from "
                          f"{', '.join(ACTIVATIONS)}")
     rng = np.random.default_rng(rng)
     p, _ = read_structure(params)
+    if not all(np.isfinite(a).all() for a in p if a is not None):
+        raise ValueError("params hold a non-finite value (NaN or inf): a model that "
+                         "diverged cannot be sampled")
     code = ACTIVATIONS[activation]
     L, H, C = p.sizes
     h = np.zeros(H, p.U.dtype) if h0 is None else np.asarray(h0, p.U.dtype)

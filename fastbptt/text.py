@@ -129,4 +129,12 @@ class StreamBatcher:
         return {"pos": self.pos, "passes": self.passes}
 
     def load_state_dict(self, state):
-        self.pos, self.passes = int(state["pos"]), int(state["passes"])
+        """Restore `state_dict`'s position; ValueError for one this batcher cannot have."""
+        pos, passes = state["pos"], state["passes"]
+        for name, value in (("pos", pos), ("passes", passes)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"batcher {name} must be an int; got {value!r}")
+        if not (0 <= pos <= self.segment and passes >= 0):
+            raise ValueError(f"batcher position {pos} (pass {passes}) lies outside a segment "
+                             f"of {self.segment} steps")
+        self.pos, self.passes = int(pos), int(passes)

@@ -11,14 +11,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import _preflight, _resume
 from . import checkpoint as ckpt_io
+from ._command_errors import CommandError, UsageError, describe
+from ._kernels.checks import all_finite
+from ._ranges import Choice, Range, flag
+from ._run_saves import Diverged, failure, save_checkpoint
+from ._signals import SignalGuard
 from .api import bptt
 from .clip import clip_grads
 from .optim import make_optimizer
@@ -26,9 +31,30 @@ from .params import Params, init_params, read_structure
 from .sampling import sample
 from .text import Codec, StreamBatcher, unigram_entropy
 
-__all__ = ["TrainOptions", "Trainer", "evaluate", "run"]
+__all__ = ["TrainOptions", "Trainer", "Diverged", "evaluate", "run"]
 
 LN2 = math.log(2)
+
+# The range of each `TrainOptions` field: the command line's types and `check` use them.
+OPTION_RANGES = {
+    "hidden": Range(1, integer=True),
+    "seq_length": Range(1, integer=True),
+    "batch": Range(1, integer=True),
+    "optimizer": Choice("adam", "adagrad", "sgd"),
+    "lr": Range(0, low_open=True),
+    "momentum": Range(0, 1, high_open=True),
+    "clip_norm": Range(0, low_open=True, none=True),
+    "clip_value": Range(0, low_open=True, none=True),
+    "truncate": Range(1, integer=True, none=True),
+    "stride": Range(1, integer=True, none=True),
+    "dtype": Choice("float32", "float64"),
+    "activation": Choice("tanh", "sigmoid", "relu", "identity"),
+    "seed": Range(0, integer=True),
+    "val_fraction": Range(0, 1, low_open=True, high_open=True),
+    "lr_decay": Choice("linear", "none"),
+    "lr_final": Range(0, 1),
+    "horizon": Range(1, integer=True, none=True),
+}
 
 
 @dataclass
@@ -70,6 +96,24 @@ class TrainOptions:
     def optimizer_options(self):
         return {"momentum": self.momentum} if self.optimizer == "sgd" else {}
 
+    def check(self):
+        """ValueError naming the first option outside its range (`OPTION_RANGES`), or a
+        stride longer than the window."""
+        for f in dataclasses.fields(self):
+            if f.name in OPTION_RANGES:
+                try:
+                    setattr(self, f.name, OPTION_RANGES[f.name](getattr(self, f.name)))
+                except ValueError as error:
+                    raise ValueError(f"{flag(f.name)} {error}") from None
+        k, s = self.window
+        if s > k:
+            raise ValueError(f"--stride {s} exceeds the window of {k} steps (--truncate, or "
+                             "--seq-length without it); choose 1 <= stride <= truncate")
+        largest = float(np.finfo(self.dtype).max)
+        if self.lr > largest:
+            raise ValueError(f"--lr {self.lr:g} is beyond the range of --dtype {self.dtype} "
+                             f"(at most {largest:.4g})")
+
 
 class Trainer:
     """Parameters, optimizer, batcher, carried state, RNG and history of one run."""
@@ -84,6 +128,7 @@ class Trainer:
                                         **options.optimizer_options())
         V, H = len(codec), options.hidden
         self.zeros = np.zeros((options.batch, H), self.dtype)
+        self.consistent = True               # False while an update is half applied
         if resume is None:
             self.rng = np.random.default_rng(options.seed)
             self.params = init_params(V, H, V, dtype=self.dtype, seed=self.rng)
@@ -101,19 +146,41 @@ class Trainer:
             self.h = self.zeros if resume.hidden is None else np.array(resume.hidden,
                                                                        self.dtype)
             self.step = resume.step
-            self.losses = list(resume.history.get("loss", []))
-            self.evals = [tuple(r) for r in resume.history.get("evals", np.empty((0, 2)))]
+            self.losses = [float(v) for v in np.asarray(resume.history.get("loss", []))
+                           .reshape(-1)]
+            evals = np.asarray(resume.history.get("evals", np.empty((0, 2))), np.float64)
+            self.evals = [(float(a), float(b)) for a, b in evals.reshape(-1, 2)]
+            _resume.check_model(self.params, codec, options, self.h, self.optimizer.state)
 
     def train_step(self):
-        """One update; returns (loss per character, characters)."""
+        """One update; returns (loss per character, characters).
+
+        A step whose loss or gradient norm is not finite raises `Diverged` before it
+        changes anything (the batcher is put back), so the trainer keeps the state before
+        it. ``consistent`` is False only while the update is being applied.
+        """
+        position = self.batcher.state_dict()
         batch = self.batcher.next()
-        out = bptt(batch.x, batch.y, self.params, truncate=self.truncate, stride=self.stride,
-                   activation=self.options.activation,
-                   h0=self.zeros if batch.fresh else self.h)
-        clip_grads(out.grads, max_norm=self.options.clip_norm,
-                   max_value=self.options.clip_value)
+        try:
+            out = bptt(batch.x, batch.y, self.params, truncate=self.truncate,
+                       stride=self.stride, activation=self.options.activation,
+                       h0=self.zeros if batch.fresh else self.h)
+            with np.errstate(over="ignore", invalid="ignore"):     # checked just below
+                norm = clip_grads(out.grads, max_norm=self.options.clip_norm,
+                                  max_value=self.options.clip_value)
+            for what, value in (("loss", out.loss), ("gradient norm", norm)):
+                if not math.isfinite(value):
+                    raise Diverged(self.step + 1, what, value)
+        except BaseException:
+            self.batcher.load_state_dict(position)
+            raise
         self.optimizer.lr = self.options.lr_at(self.step)
-        self.optimizer.step(self.params, out.grads)
+        self.consistent = False
+        with np.errstate(over="ignore", invalid="ignore"):         # checked just below
+            self.optimizer.step(self.params, out.grads)
+        if not all(all_finite(a.reshape(-1)) for a in self.params if a is not None):
+            raise Diverged(self.step + 1, "weights", "not finite", applied=True)
+        self.consistent = True
         self.h = out.h_final
         self.step += 1
         n = batch.x.size
@@ -169,29 +236,8 @@ def evaluate(params, ids, *, activation="tanh", streams=32, steps=128):
     return total / count
 
 
-class _Interrupt:
-    """Turns the first SIGINT into a flag (a second one raises KeyboardInterrupt)."""
-
-    def __init__(self):
-        self.caught = False
-        self._old = None
-
-    def _handle(self, signum, frame):
-        if self.caught:
-            raise KeyboardInterrupt
-        self.caught = True
-
-    def __enter__(self):
-        try:
-            self._old = signal.signal(signal.SIGINT, self._handle)
-        except ValueError:                  # not the main thread: leave Ctrl-C alone
-            self._old = None
-        return self
-
-    def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
-        return False
+def _number(value):
+    return "off" if value is None else f"{value:g}"
 
 
 def _bits(nats):
@@ -228,65 +274,68 @@ def _plot(path, trainer, baseline, val_loss, eval_chars):
     plt.close(fig)
 
 
-def _resumed_options(saved, given):
-    """The checkpoint's options; any option given on the command line must agree."""
-    options = TrainOptions(**{f.name: saved[f.name] for f in dataclasses.fields(TrainOptions)})
-    for name, value in (given or {}).items():
-        if getattr(options, name) != value:
-            raise SystemExit(f"fastbptt train --resume: the checkpoint has {name}="
-                             f"{getattr(options, name)!r}, the command line {value!r}; "
-                             "drop the option or start a new run")
-    return options
-
-
 def _load_corpus(files):
     from .corpus import default_corpus, read_files
 
     return read_files(files) if files else default_corpus()
 
 
-def run(args, given, *, out=None):
-    """The ``fastbptt train`` command. Returns the exit code: 0 done, 130 interrupted.
+@dataclass
+class _Run:
+    """What `run` sets up before training, for the loop and the final report."""
 
-    ``given`` holds the `TrainOptions` fields set on the command line; a new run takes
-    the defaults for the rest, a resumed one the checkpoint's.
-    """
-    from tqdm import tqdm
+    options: TrainOptions
+    trainer: Trainer
+    codec: Codec
+    train_ids: np.ndarray
+    val_ids: np.ndarray
+    extra: dict                     # saved with the options: corpus files, digest, threads
+    chars: int = 0
+    elapsed: float = 0.0
 
+
+def _start(args, given, say):
+    """Every check, the corpus, the trainer and the compiled kernels, before training."""
     from ._threads import get_num_threads, set_num_threads
 
-    out = out or sys.stdout
-    say = lambda *a: print(*a, file=out, flush=True)    # noqa: E731
-    if args.plot:
-        import matplotlib  # noqa: F401  (fail before training, not after)
-    if args.threads:
-        set_num_threads(args.threads)
-
-    resume = None
-    options = TrainOptions(**given)
+    resume, changed = None, {}
     if args.resume:
         resume = ckpt_io.load(args.checkpoint)
-        saved = resume.options
-        files = saved.get("files") or []
-        options = _resumed_options(saved, given)
-        if args.files and [os.path.abspath(p) for p in args.files] != files:
-            raise SystemExit("fastbptt train --resume: the checkpoint was trained on "
-                             f"{files or 'the default corpus'}; pass the same files or none")
-        corpus = _load_corpus(files)
-        if corpus.digest != saved.get("corpus_sha256"):
-            raise SystemExit("fastbptt train --resume: the corpus text differs from the one "
-                             "the checkpoint was trained on")
-        codec = resume.codec
+        options, changed = _resume.resumed_options(TrainOptions, resume.options, given,
+                                                   args.checkpoint)
     else:
-        corpus = _load_corpus(args.files)
+        options = TrainOptions(**given)
+        try:
+            options.check()
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    if args.plot:
+        _preflight.plot_file(args.plot)
+    if resume is None:
+        _preflight.new_checkpoint(args.checkpoint)
+        corpus, files = _load_corpus(args.files), list(args.files)
         codec = Codec.from_text(corpus.text)
+    else:
+        _preflight.output_file(args.checkpoint, "--checkpoint", make_folders=True)
+        corpus, files = _resume.find_corpus(_load_corpus, args.files, resume.options,
+                                            args.checkpoint)
+        codec = resume.codec
     train_text, val_text = corpus.split(options.val_fraction)
     train_ids, val_ids = codec.encode(train_text), codec.encode(val_text)
-    extra = {"files": [os.path.abspath(p) for p in args.files] if not args.resume
-             else (resume.options.get("files") or []),
-             "corpus_sha256": corpus.digest, "threads": get_num_threads()}
+    _preflight.corpus(codec, train_ids, val_ids, options)
+    _preflight.model_memory(options, len(codec))
+    if args.threads:
+        set_num_threads(args.threads)
+    try:
+        trainer = Trainer(options, train_ids, codec, resume=resume)
+    except (ValueError, TypeError, KeyError, IndexError) as error:
+        if resume is None:
+            raise
+        raise ckpt_io.CheckpointError(f"{args.checkpoint} is not a usable fastbptt "
+                                      f"checkpoint: {describe(error)}") from None
+    extra = {**_resume.corpus_paths(files, args.checkpoint), "corpus_sha256": corpus.digest,
+             "threads": get_num_threads()}
 
-    trainer = Trainer(options, train_ids, codec, resume=resume)
     k, s = options.window
     say(f"corpus: {corpus.description}; {len(codec)} distinct characters; "
         f"train {train_ids.size:,}, validation {val_ids.size:,}")
@@ -296,92 +345,141 @@ def run(args, given, *, out=None):
         + (f" decaying linearly to {options.lr * options.lr_final:g}"
            if options.lr_decay != "none" else "")
         + f", clip norm={options.clip_norm} "
-        f"value={options.clip_value}" + (f"; resumed at step {trainer.step}" if resume else ""))
+        f"value={options.clip_value}" + (f"; resumed at step {trainer.step}" if resume else "")
+        + "".join(f"; {flag(name)} changed from {_number(old)} to {_number(new)}"
+                  for name, (old, new) in changed.items()))
 
     # compile (or load Numba's cache) before the clock starts
     warm = np.zeros((options.batch, 1), np.int64)
     bptt(warm, warm, trainer.params, h0=trainer.zeros, truncate=k, stride=s,
          activation=options.activation)
+    return _Run(options, trainer, codec, train_ids, val_ids, extra)
 
+
+def _printer(out):
+    return lambda *a: print(*a, file=out, flush=True)
+
+
+def _train(args, r, guard, out):
+    """The loop and the save that ends it; returns the exit status when a signal stopped
+    it, else None. Signals are only recorded from here to the end of the save."""
+    from tqdm import tqdm
+
+    say = _printer(out)
+    trainer, options = r.trainer, r.options
     target_steps = args.steps
     budget = args.time
     if target_steps is None and budget is None:
         budget = DEFAULT_TIME
-    eval_ids = val_ids[:args.eval_chars]
+    eval_ids = r.val_ids[:args.eval_chars]
     if options.lr_decay != "none" and options.horizon is None and target_steps is not None:
         options.horizon = target_steps
     first_step = trainer.step
     by_steps = budget is None
     total = (target_steps - trainer.step) if by_steps else budget
-    with _Interrupt() as interrupt:
+    say(f"training {f'to step {target_steps:,}' if by_steps else f'for {budget:g} s'}; "
+        "Ctrl-C, SIGTERM or SIGHUP saves the checkpoint and stops")
+    with guard.deferred():
         bar = tqdm(total=max(total, 0), unit="step" if by_steps else "s",
                    disable=args.no_progress, file=sys.stderr, dynamic_ncols=True,
                    bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} "
                               "[{elapsed}<{remaining}{postfix}]",
                    mininterval=0.5)
-        # the bar's first output comes after the handler is in place
         start = time.perf_counter()
         last_post = start
         chars = 0
         smooth = None
-        while not interrupt.caught:
-            now = time.perf_counter()
-            if target_steps is not None and trainer.step >= target_steps:
-                break
-            if budget is not None and now - start >= budget:
-                break
-            if (options.lr_decay != "none" and options.horizon is None and budget is not None
-                    and trainer.step - first_step == ESTIMATE_STEPS):
-                # a time budget: the decay ends where this speed reaches the budget
-                rate = ESTIMATE_STEPS / (now - start)
-                options.horizon = trainer.step + int(rate * (budget - (now - start)))
-            loss, n = trainer.train_step()
-            chars += n
-            smooth = loss if smooth is None else 0.98 * smooth + 0.02 * loss
-            after = time.perf_counter()
-            bar.update(1 if by_steps else after - now)
-            if after - last_post > 0.5:
-                last_post = after
-                bar.set_postfix_str(f"loss={smooth:.3f} {chars / (after - start):,.0f} chars/s "
-                                    f"step {trainer.step}", refresh=False)
-            if args.sample_every and trainer.step % args.sample_every == 0:
-                val = evaluate(trainer.params, eval_ids, activation=options.activation)
-                trainer.evals.append((trainer.step, val))
-                text = trainer.sample(args.sample_chars, temperature=args.temperature)
-                bar.write(f"--- step {trainer.step}: train {smooth:.3f}, validation "
-                          f"{val:.3f} nats/char; sample:\n{text}\n---", file=out)
-    elapsed = time.perf_counter() - start
-    bar.close()
-    path = trainer.save(args.checkpoint, **extra)
-    rate = chars / elapsed if elapsed > 0 else float("nan")
-    if interrupt.caught:
-        say(f"interrupted at step {trainer.step} after {elapsed:.1f} s; checkpoint saved to "
-            f"{os.path.abspath(path)}; continue with `fastbptt train --resume "
-            f"--checkpoint {path}`")
-        return 130
+        try:
+            while guard.received is None:
+                now = time.perf_counter()
+                if target_steps is not None and trainer.step >= target_steps:
+                    break
+                if budget is not None and now - start >= budget:
+                    break
+                if (options.lr_decay != "none" and options.horizon is None
+                        and budget is not None
+                        and trainer.step - first_step == ESTIMATE_STEPS):
+                    # a time budget: the decay ends where this speed reaches the budget
+                    rate = ESTIMATE_STEPS / (now - start)
+                    options.horizon = trainer.step + int(rate * (budget - (now - start)))
+                loss, n = trainer.train_step()
+                chars += n
+                smooth = loss if smooth is None else 0.98 * smooth + 0.02 * loss
+                after = time.perf_counter()
+                bar.update(1 if by_steps else after - now)
+                if after - last_post > 0.5:
+                    last_post = after
+                    bar.set_postfix_str(f"loss={smooth:.3f} {chars / (after - start):,.0f} "
+                                        f"chars/s step {trainer.step}", refresh=False)
+                if args.sample_every and trainer.step % args.sample_every == 0:
+                    val = evaluate(trainer.params, eval_ids, activation=options.activation)
+                    trainer.evals.append((trainer.step, val))
+                    text = trainer.sample(args.sample_chars, temperature=args.temperature)
+                    bar.write(f"--- step {trainer.step}: train {smooth:.3f}, validation "
+                              f"{val:.3f} nats/char; sample:\n{text}\n---", file=out)
+        except Exception as error:
+            bar.close()
+            raise failure(error, trainer, args.checkpoint, r.extra, guard) from None
+        r.chars, r.elapsed = chars, time.perf_counter() - start
+        bar.close()
+        save_checkpoint(trainer, args.checkpoint, r.extra, guard)
+        guard.note = f"after step {trainer.step}; the checkpoint {args.checkpoint} is saved"
+    if guard.received is None:
+        return None
+    say(f"interrupted at step {trainer.step} ({guard.name}) after {r.elapsed:.1f} s; "
+        f"checkpoint saved to {os.path.abspath(args.checkpoint)}; continue with "
+        f"`fastbptt train --resume --checkpoint {args.checkpoint}`")
+    return guard.status
 
-    say(f"trained {trainer.step:,} steps in all; this run {chars:,} characters in "
-        f"{elapsed:.1f} s, {rate:,.0f} chars/s")
-    baseline = unigram_entropy(train_ids, len(codec))
+
+def _report(args, r, say):
+    """The final losses, a sample and the plot."""
+    trainer, options, train_ids, val_ids = r.trainer, r.options, r.train_ids, r.val_ids
+    rate = r.chars / r.elapsed if r.elapsed > 0 else float("nan")
+    say(f"trained {trainer.step:,} steps in all; this run {r.chars:,} characters in "
+        f"{r.elapsed:.1f} s, {rate:,.0f} chars/s")
+    baseline = unigram_entropy(train_ids, len(r.codec))
     train_eval = train_ids[-max(val_ids.size, 1):]
     train_loss = evaluate(trainer.params, train_eval, activation=options.activation)
-    val_loss = evaluate(trainer.params, val_ids, activation=options.activation) \
-        if val_ids.size > 1 else None
+    val_loss = evaluate(trainer.params, val_ids, activation=options.activation)
     say(f"train loss       {train_loss:.3f} nats/char  {_bits(train_loss):.3f} bits/char  "
         f"(final model, last {train_eval.size:,} characters of the train split)")
-    if val_loss is not None:
-        say(f"validation loss  {val_loss:.3f} nats/char  {_bits(val_loss):.3f} bits/char  "
-            f"(final model, all {val_ids.size:,} held-out characters)")
+    say(f"validation loss  {val_loss:.3f} nats/char  {_bits(val_loss):.3f} bits/char  "
+        f"(final model, all {val_ids.size:,} held-out characters)")
     say(f"unigram baseline {baseline:.3f} nats/char  {_bits(baseline):.3f} bits/char  "
         "(entropy of the train split's character frequencies, on the train split)")
-    if val_loss is not None:
-        say(f"validation / unigram = {val_loss / baseline:.3f}")
-    say(f"checkpoint: {os.path.abspath(path)}")
+    say(f"validation / unigram = {val_loss / baseline:.3f}")
+    say(f"checkpoint: {os.path.abspath(args.checkpoint)}")
     text = trainer.sample(args.sample_chars, temperature=args.temperature)
     say(f"sample (temperature {args.temperature:g}):\n{text}")
     if args.plot:
-        _plot(args.plot, trainer, baseline, val_loss, eval_ids.size)
+        _plot(args.plot, trainer, baseline, val_loss, min(val_ids.size, args.eval_chars))
         say(f"plot: {os.path.abspath(args.plot)}")
+
+
+def run(args, given, *, out=None):
+    """The ``fastbptt train`` command. Returns the exit status: 0 done, 128 + the signal's
+    number when a signal stopped training (after the checkpoint was saved).
+
+    ``given`` holds the `TrainOptions` fields set on the command line; a new run takes
+    the defaults for the rest, a resumed one the checkpoint's. Everything that can be
+    checked is checked before the corpus is read and the kernels compile. Failures
+    raise `UsageError` or `CommandError` (an exception from inside the loop first saves
+    the last good state, `fastbptt._run_saves`), and a signal outside the loop raises
+    `Interrupted`, for `fastbptt._command_errors.run_command` to report in one line.
+    """
+    out = out or sys.stdout
+    say = _printer(out)
+    with SignalGuard("before training started; nothing was saved") as guard:
+        r = _start(args, given, say)
+        status = _train(args, r, guard, out)
+        if status is not None:
+            return status
+        try:
+            _report(args, r, say)
+        except Exception as error:
+            raise CommandError(f"{describe(error)} after training; the checkpoint "
+                               f"{args.checkpoint} is saved") from None
     return 0
 
 
@@ -393,14 +491,19 @@ def run_sample(args, *, out=None):
     """The ``fastbptt sample`` command."""
     out = out or sys.stdout
     ck = ckpt_io.load(args.checkpoint)
-    activation = ck.options.get("activation", "tanh")
-    dtype = np.dtype(ck.options.get("dtype", "float32"))
-    params = Params(*(None if a is None else np.asarray(a, dtype) for a in ck.params))
+    options, _ = _resume.resumed_options(TrainOptions, ck.options, {}, args.checkpoint)
+    params = Params(*(None if a is None else np.asarray(a, options.dtype) for a in ck.params))
     try:
-        text = sample(params, ck.codec, prime=args.prime, chars=args.chars,
-                      temperature=args.temperature, rng=np.random.default_rng(args.seed),
-                      activation=activation)
-    except ValueError as e:
-        raise SystemExit(f"fastbptt sample: {e}")
+        _resume.check_model(params, ck.codec, options)
+    except ValueError as error:
+        raise ckpt_io.CheckpointError(f"{args.checkpoint} is not a usable fastbptt "
+                                      f"checkpoint: {error}") from None
+    unknown = sorted(set(args.prime) - set(ck.codec.chars))
+    if unknown:
+        raise UsageError(f"--prime holds characters not in the vocabulary of "
+                         f"{args.checkpoint}: {''.join(unknown)!r}")
+    text = sample(params, ck.codec, prime=args.prime, chars=args.chars,
+                  temperature=args.temperature, rng=np.random.default_rng(args.seed),
+                  activation=options.activation)
     print(args.prime + text, file=out)
     return 0

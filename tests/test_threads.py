@@ -49,21 +49,28 @@ def test_results_are_reproducible_run_to_run():
     assert_identical(run(case), run(case))
 
 
-def test_one_thread_by_default():
-    """Unless asked (or told by OPENBLAS_NUM_THREADS), the kernels' BLAS runs one thread."""
+@pytest.mark.parametrize("setting,expected", [(None, "1"), ("2", "2")])
+def test_one_thread_by_default(setting, expected):
+    """Unless asked (or told by OPENBLAS_NUM_THREADS), the kernels' BLAS runs one thread,
+    and get_num_threads says so before the first call as after it."""
     import os
     import subprocess
     import sys
 
-    script = ("import numpy as np, fastbptt; p = fastbptt.init_params(3, 4, 2, seed=0); "
+    if int(expected) > (os.cpu_count() or 1):
+        pytest.skip("needs 2 CPUs")
+    script = ("import numpy as np, fastbptt; print(fastbptt.get_num_threads()); "
+              "p = fastbptt.init_params(3, 4, 2, seed=0); "
               "fastbptt.grad(np.arange(3), np.arange(3) % 2, p); "
               "print(fastbptt.get_num_threads())")
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS",
                                                            "OMP_NUM_THREADS")}
+    if setting is not None:
+        env["OPENBLAS_NUM_THREADS"] = setting
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["1"]
+    assert out.stdout.split() == [expected, expected]
 
 
 def test_set_num_threads_round_trips_and_validates():

@@ -1,29 +1,48 @@
-"""The forward recurrence h_t = f(a_t + W h_{t-1}), batched, feature-major.
+"""The forward time loop of a layer, batched, feature-major, for any cell.
 
-The inputs' part a_t = U x_t + b of every step is already in the state columns
-(`inputs.gather_inputs` or `inputs.project_inputs`): only the H x H product is
-sequential. Batches that `fastbptt.api._narrow` picks (a few sequences, or a small W)
-run `narrow.forward_narrow` instead.
+States are (H, T+1, B): step t is a column block of B columns, h0 in block 0. The gates
+Z (G H, T+1, B) hold the inputs' part U x_t + b of every step (`inputs.gather_inputs` or
+`inputs.project_inputs`); for the Elman cell Z is the state array itself. Only the
+product with W is sequential: each step adds W h_{t-1} to its gates in one BLAS call
+(the GRU takes W h_{t-1} + bh apart, in Hid), and the cell's step math (`cells`) makes
+h_t. Batches that `fastbptt._stack._narrow` picks run `narrow.forward_narrow` instead.
 """
 from ._jit import jit
-from .activations import activate_columns
 from .blas import gemm, scratch
+from .cells import forward_fm
 
 
 @jit
-def forward(W, act, lengths, hs, buf):
-    """hs (H, T+1, B) holds h0 at t = 0 and a_t at t + 1; make hs[:, t + 1] = h_t.
+def forward(cell, W, act, lengths, Z, S, E, C, Hid, bh, buf):
+    """Fill S (H, T+1, B), which holds h0 at t = 0, with h_t at t + 1.
 
-    W (H, H). States at t >= lengths[b] are set to zero. buf (H B,) is scratch.
+    cell: a `cells.TAGS` tag. W (G H, H). Z (G H, T+1, B): gates, holding the inputs'
+    part on entry and the cell's activations on return (Z is S for Elman). C (H, T+1, B)
+    holds c0 at t = 0 and receives c_t (LSTM; else (0, T+1, B)); E (H, T+1, B) receives
+    what the GRU keeps of each step (else (0, T+1, B)). Hid (G H, B) is scratch for the
+    GRU's hidden part, bh its bias (both empty for other cells). buf (H B,) is scratch.
+    States (and c) at t >= lengths[b] are set to zero.
     """
-    H, T, B = hs.shape[0], hs.shape[1] - 1, hs.shape[2]
-    m = hs.reshape(H, (T + 1) * B)
-    blas = scratch(hs)
+    H, T, B = S.shape[0], S.shape[1] - 1, S.shape[2]
+    Zm = Z.reshape(Z.shape[0], (T + 1) * B)
+    Sm = S.reshape(H, (T + 1) * B)
+    Em = E.reshape(E.shape[0], (T + 1) * B)
+    Cm = C.reshape(C.shape[0], (T + 1) * B)
+    blas = scratch(S)
+    apart = Hid.shape[0] > 0
     for t in range(T):
-        now = (t + 1) * B
-        gemm(W, m[:, t * B:now], m[:, now:now + B], 1.0, 1.0, False, False, blas)
-        activate_columns(m, now, B, act, buf)
+        before, now = t * B, (t + 1) * B
+        if apart:
+            for i in range(Hid.shape[0]):
+                Hid[i, :] = bh[i]
+            gemm(W, Sm[:, before:now], Hid, 1.0, 1.0, False, False, blas)
+        else:
+            gemm(W, Sm[:, before:now], Zm[:, now:now + B], 1.0, 1.0, False, False, blas)
+        forward_fm(cell, Zm[:, now:now + B], Sm[:, now:now + B], Sm[:, before:now],
+                   Em[:, now:now + B], Cm[:, now:now + B], Cm[:, before:now], Hid, act, buf)
     for b in range(B):
         for t in range(lengths[b], T):
             for i in range(H):
-                hs[i, t + 1, b] = 0
+                S[i, t + 1, b] = 0
+            for i in range(C.shape[0]):
+                C[i, t + 1, b] = 0

@@ -8,9 +8,13 @@ one ulp of the exact value (the tests measure this over the whole float32 range)
 - expm1(2^n w) by n doublings expm1(2z) = expm1(z) (expm1(z) + 2), free of cancellation;
 - exp(z) for z <= 0 as exp(z / 256) squared 8 times.
 
-float64 arrays use libm (np.tanh, np.exp), exact to NumPy's accuracy.
+float64 arrays use libm (np.tanh, np.exp), exact to NumPy's accuracy. `sigmoid` and
+`tanh` pick the function for their argument's type when a kernel compiles.
 """
 import math
+
+from numba import types
+from numba.extending import overload
 
 from ._jit import jit
 
@@ -65,3 +69,36 @@ def sigmoid32(x):
     """1 / (1 + exp(-x)) without cancellation: e = exp(-|x|), then 1/(1+e) or e/(1+e)."""
     e = exp_neg32(-abs(float(x)))
     return 1.0 / (1.0 + e) if x >= 0 else e / (1.0 + e)
+
+
+@jit(inline="always")
+def sigmoid64(x):
+    """1 / (1 + exp(-x)) from libm, without overflow (float64)."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def sigmoid(x):
+    """The logistic function in x's float type (`sigmoid32` or `sigmoid64`)."""
+    raise NotImplementedError("called from compiled kernels only")
+
+
+def tanh(x):
+    """tanh in x's float type (`tanh32` or libm's)."""
+    raise NotImplementedError("called from compiled kernels only")
+
+
+@overload(sigmoid)
+def _sigmoid(x):
+    if x == types.float32:
+        return lambda x: sigmoid32(x)
+    return lambda x: sigmoid64(x)
+
+
+@overload(tanh)
+def _tanh(x):
+    if x == types.float32:
+        return lambda x: tanh32(x)
+    return lambda x: math.tanh(x)

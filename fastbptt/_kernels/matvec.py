@@ -135,15 +135,17 @@ def rows_of_W(W, Wp):
 
 @jit
 def pad_weights(W, WTp, Wp):
-    """WTp (H, N) <- W^T and, unless `rows_of_W` picks W itself, Wp (H, N) <- W, both
-    zero-padded beyond H columns. Wp must start on a 64-byte boundary."""
-    H, N = WTp.shape
-    transpose_into(W, WTp[:, :H])
+    """For W (G H, H): WTp (H, NG) <- W^T zero-padded beyond G H columns and, unless
+    `rows_of_W` picks W itself, Wp (G H, N) <- W zero-padded beyond H columns. Wp must
+    start on a 64-byte boundary."""
+    GH, H = W.shape
+    N = Wp.shape[1]
+    transpose_into(W, WTp[:, :GH])
     for i in range(H):
-        WTp[i, H:] = 0
+        WTp[i, GH:] = 0
     if _usable_as_is(W, N):
         return
-    for i in range(H):
+    for i in range(GH):
         row, out = W[i], Wp[i]
         for j in range(H):
             out[j] = row[j]

@@ -14,38 +14,62 @@ Only the sweeps (full BPTT and chunks) run here; per-output windows take the
 lag-major path of `backward` on a feature-major copy.
 """
 from ._jit import jit
-from .activations import activate_vector, derivative
 from .blas import gemm, scratch, transpose_into
+from .cells import backward_tm, forward_tm, to_h0
 from .matvec import passes, rows_axpy, rows_of_W
 
 NARROW = 4      # fewer sequences than this always run here
 
 
 @jit
-def forward_narrow(WTp, act, lengths, h0, seqs, h_final):
-    """seqs (T+1, B, N) holds a_t (the inputs' part, `inputs`) in row t + 1; make it h_t,
-    with h0 in row 0 and zeros in every row past lengths[b] and in the padding columns.
+def forward_narrow(cell, WTp, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_final, c_final):
+    """Fill S (T+1, B, N) with h0 and the states; rows past lengths[b] are zero, and so
+    are the padding columns.
 
-    WTp (H, N), W^T zero-padded; h0 (B, H). h_final (B, H) receives each sequence's
-    state after its last real step.
+    cell: a `cells.TAGS` tag. WTp (H, NG): W^T zero-padded to NG >= G H columns. Z
+    (T+1, B, NG): gates, holding the inputs' part in row t + 1 on entry (`inputs`) and
+    the cell's activations on return (Z is S for Elman). C (T+1, B, N) receives c0 and
+    c_t (LSTM; else (T+1, B, 0)); E (T+1, B, N) what the GRU keeps of each step (else
+    (T+1, B, 0)); Hid (B, NG) is scratch for the GRU's W h + bh, bh (G H,) its bias
+    (Hid (B, 0) and bh empty for other cells). h0, c0 (B, H); h_final and c_final (B, H) receive each
+    sequence's state after its last real step (c_final (B, 0) when not needed).
     """
-    T, B, N = seqs.shape[0] - 1, seqs.shape[1], seqs.shape[2]
+    T, B, N = S.shape[0] - 1, S.shape[1], S.shape[2]
     H = h0.shape[1]
-    rows = seqs.reshape((T + 1) * B, N)
+    rows = S.reshape((T + 1) * B, N)
     rows[:, H:] = 0
+    lstm = C.shape[2] > 0
+    if lstm:
+        C.reshape((T + 1) * B, N)[:, H:] = 0
     for b in range(B):
-        seqs[0, b, :H] = h0[b]
+        S[0, b, :H] = h0[b]
+        if lstm:
+            C[0, b, :H] = c0[b]
+    apart = Hid.shape[1] > 0
+    GH = bh.shape[0]
     groups = passes(B)
     for t in range(lengths.max()):
-        rows_axpy(WTp, seqs[t, :, :H], seqs[t + 1], t * groups % 2 == 1)
+        if apart:
+            for b in range(B):
+                Hid[b, :GH] = bh
+                Hid[b, GH:] = 0
+            rows_axpy(WTp, S[t, :, :H], Hid, t * groups % 2 == 1)
+        else:
+            rows_axpy(WTp, S[t, :, :H], Z[t + 1], t * groups % 2 == 1)
         for b in range(B):
             if t < lengths[b]:
-                activate_vector(seqs[t + 1, b, :H], act)
+                forward_tm(cell, Z[t + 1, b], S[t + 1, b], S[t, b], E[t + 1, b], C[t + 1, b],
+                           C[t, b], Hid[b], H, act)
             else:                   # past its end: kept at zero, so nothing grows there
-                seqs[t + 1, b] = 0
-    for b in range(B):
-        h_final[b] = seqs[lengths[b], b, :H]
-        seqs[lengths[b] + 1:, b] = 0
+                S[t + 1, b] = 0
+                C[t + 1, b] = 0
+    for b in range(B):              # padding steps: zeros, which the backward pass reads
+        h_final[b] = S[lengths[b], b, :H]
+        S[lengths[b] + 1:, b] = 0
+        Z[lengths[b] + 1:, b] = 0
+        E[lengths[b] + 1:, b] = 0
+        if c_final.shape[1]:
+            c_final[b] = C[lengths[b], b, :H]
 
 
 @jit
@@ -56,40 +80,56 @@ def to_feature_major(seqs, hs):
 
 
 @jit
-def backward_narrow(seqs, Wp, W, act, chunk, dseq, dW, db, dh0):
-    """delta_t = dL/da_t by one backward sweep per sequence, cut at chunk starts, and the
-    gradients of W, b and h0.
+def backward_narrow(cell, S, Z, E, C, Wp, W, act, chunk, lengths, dcf, dH, dZ, dZh, X, dW,
+                    db, dbh, dh0, dc0):
+    """The gates' gradients by one backward sweep per sequence, cut at chunk starts, and
+    the gradients of W, b (bh) and h0 (c0).
 
-    seqs from `forward_narrow`. dseq (T B, N) holds G_t = dL/dh_t of sequence b in the
-    first H columns of row t B + b on entry, and delta_t on return. The carry into step
-    t is dropped when (t + 1) % chunk == 0 (chunk = T + 1 for full BPTT, k for chunks).
-    Wp (H, N) is `pad_weights`'s copy of W (unused when `rows_of_W` picks W itself).
-    Writes dW (H, H), db (H,) and dh0 (B, H), row b = W^T delta_0 of sequence b (pass
-    (0, H) when not needed). Padding steps have zero G, so their delta is zero and they
-    add nothing.
+    S, Z, E, C from `forward_narrow`. dH (T B, N) holds G_t = dL/dh_t of sequence b in
+    the first H columns of row t B + b on entry; dZ and dZh (T B, NG) receive the gates'
+    gradients, input side and hidden side (for Elman both are dH, for the LSTM dZh is
+    dZ). The carries into step t are dropped when (t + 1) % chunk == 0 (chunk = T + 1 for
+    full BPTT, k for chunks). dcf (B, H): the LSTM's dL/dc_final, added at each
+    sequence's last real step (lengths (B,)), or (0, H). Wp (G H, N) is `pad_weights`'s
+    copy of W (unused when `rows_of_W` picks W itself); X (B, N) is scratch. Writes dW (G H, H), db (G H,), dbh
+    (G H,) (the GRU's hidden-side bias; else empty), dh0 and dc0 (B, H), row b that of
+    sequence b (pass (0, H) for both when not needed). Padding steps have zero G, so their
+    gradients are zero and they add nothing.
     """
-    T, B, N = seqs.shape[0] - 1, seqs.shape[1], seqs.shape[2]
-    H = W.shape[0]
-    rows = seqs.reshape((T + 1) * B, N)
+    T, B, N = S.shape[0] - 1, S.shape[1], S.shape[2]
+    GH, H = W.shape
+    rows = S.reshape((T + 1) * B, N)
     before = rows[:T * B, :H]
-    delta = dseq[:, :H]
     R = rows_of_W(W, Wp)
-    blas = scratch(dseq)
-    dseq[:, H:] = 0
+    blas = scratch(dH)
+    dH[:, H:] = 0
     groups, done = passes(B), 0
     for t in range(T - 1, -1, -1):
         if t + 1 < T and (t + 1) % chunk != 0:
-            rows_axpy(R, dseq[(t + 1) * B:(t + 2) * B, :H], dseq[t * B:(t + 1) * B],
+            rows_axpy(R, dZh[(t + 1) * B:(t + 2) * B, :GH], dH[t * B:(t + 1) * B],
                       done % 2 == 1)
             done += groups
+        else:
+            X[:] = 0
         for b in range(B):
-            acc, h = dseq[t * B + b], seqs[t + 1, b]
-            for i in range(H):
-                acc[i] *= derivative(h[i], act)
-    gemm(delta, before, dW, 1.0, 0.0, True, False, blas)      # sum_t delta_t h_{t-1}^T
-    gemm(delta[:dh0.shape[0]], W, dh0, 1.0, 0.0, False, False, blas)
-    db[:] = 0
-    for tb in range(T * B):
-        row = dseq[tb]
-        for i in range(H):
-            db[i] += row[i]
+            tb = t * B + b
+            if dcf.shape[0] and lengths[b] == t + 1:
+                X[b, :H] += dcf[b]
+            backward_tm(cell, dH[tb], dZ[tb], dZh[tb], Z[t + 1, b], S[t + 1, b], S[t, b],
+                        E[t + 1, b], C[t + 1, b], C[t, b], X[b], X[b], H, act)
+    gemm(dZh[:, :GH], before, dW, 1.0, 0.0, True, False, blas)   # sum_t dZh_t h_{t-1}^T
+    gemm(dZh[:dh0.shape[0], :GH], W, dh0, 1.0, 0.0, False, False, blas)
+    to_h0(cell, X[:dh0.shape[0], :H], dh0, dc0)
+    _column_sums(dZ, GH, db)
+    if dbh.size:
+        _column_sums(dZh, GH, dbh)
+
+
+@jit(inline="always")
+def _column_sums(d, GH, out):
+    """out (G H,) <- the sum over rows of d's first G H columns."""
+    out[:] = 0
+    for tb in range(d.shape[0]):
+        row = d[tb]
+        for i in range(GH):
+            out[i] += row[i]

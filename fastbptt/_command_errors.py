@@ -1,0 +1,99 @@
+"""What a command prints and returns when it cannot finish: one line on stderr, never a
+traceback, and the exit status.
+
+- 2, `UsageError`: the command line is wrong by itself (argparse's errors, values out of
+  range, options that contradict each other or the run being resumed).
+- 1, everything else: files missing, unreadable, damaged or unwritable, a corpus that
+  cannot serve the options, a run that diverged, memory, a closed output stream, and
+  anything unexpected (``FASTBPTT_TRACEBACK=1`` shows where that came from).
+- 128 + the signal's number, `Interrupted`: 130 (SIGINT), 143 (SIGTERM), 129 (SIGHUP).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from ._signals import Interrupted, SignalGuard
+
+__all__ = ["UsageError", "CommandError", "USAGE", "FAILURE", "run_command", "describe"]
+
+USAGE, FAILURE = 2, 1
+
+
+class UsageError(Exception):
+    """The command line itself is wrong; the message names the option and the fix."""
+
+
+class CommandError(Exception):
+    """A failure already worded for the user (what happened, what became of the work, what
+    to try)."""
+
+
+def describe(error):
+    """One line for an exception: its message, or for an OSError what the system said
+    about which file."""
+    if isinstance(error, BrokenPipeError):
+        return "the output was closed before it was all written (broken pipe)"
+    if isinstance(error, OSError) and error.strerror:
+        return f"{error.filename}: {error.strerror}" if error.filename else error.strerror
+    if isinstance(error, MemoryError):
+        return f"out of memory ({error})" if str(error) else "out of memory"
+    text = str(error) or type(error).__name__
+    return " ".join(text.split())
+
+
+def _silence_stdout():
+    """After a reader closed stdout, point it at /dev/null, so that Python's flush at exit
+    does not print a second error."""
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
+def _say(prog, text):
+    try:
+        print(f"{prog}: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def run_command(prog, command, args, *, last=False):
+    """``command(args)``'s exit status, with every failure reported in one line.
+
+    ``last``: the program exits after this command, so signals that come after it are
+    ignored (they cannot change the status or print a traceback on the way out).
+    """
+    guard, status = SignalGuard(ignore_after=last), None
+    try:
+        with guard:
+            status = command(args)
+        return status
+    except UsageError as error:
+        _say(prog, f"{error}; see `{prog} -h`")
+        return USAGE
+    except Interrupted as error:
+        if status is not None:                   # came after the command had finished
+            return status
+        _say(prog, str(error))
+        return error.status
+    except KeyboardInterrupt:                    # a SIGINT outside the guard's reach
+        _say(prog, "interrupted by SIGINT")
+        return 130
+    except (CommandError, OSError, ValueError, MemoryError) as error:
+        _say(prog, describe(error))
+        return FAILURE
+    except Exception as error:
+        if os.environ.get("FASTBPTT_TRACEBACK", "") not in ("", "0"):
+            raise
+        _say(prog, f"unexpected {type(error).__name__}: {describe(error)} (set "
+                   "FASTBPTT_TRACEBACK=1 to see where)")
+        return FAILURE
+    finally:
+        guard.release()                          # again, if a signal cut __exit__ short
+        _silence_stdout()

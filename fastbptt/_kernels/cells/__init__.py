@@ -1,0 +1,110 @@
+"""The cells: one module each for its step math, forward and backward, and nothing else.
+
+The drivers (`..forward`, `..narrow`, `..backward`) own the time loops, the products with
+W, truncation and padding; at each step they call the hooks below with a cell tag as the
+first argument. A tag is an empty array whose dtype names the cell (`TAGS`): Numba then
+compiles a driver once per cell, with that cell's hooks inlined, and only for the cells a
+program uses; and the tag costs nothing at call time.
+
+Hooks (every cell module defines each; arrays are views of one step, or of every step in
+lag-major passes):
+- ``prepare_fm(Sm, fp, B, act)``: before a feature-major backward pass (Elman's f').
+- ``forward_fm(Z, S, Sp, E, C, Cp, Hid, act, buf)``: (rows, B) blocks of one step.
+- ``forward_tm(z, s, sp, e, c, cp, hid, H, act)``: one sequence's rows of one step.
+- ``backward_fm(dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act)`` and
+  ``backward_tm(dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act)``: from
+  dH = dL/dh_t (the injected gradient plus W^T dZh_{t+1}) and the cell's own carry Xin
+  from step t + 1 (zero where truncation cuts it), the input-side gradients dZ of the
+  gates, the hidden-side ones dZh, and the carry Xout to step t - 1.
+- ``to_h0(X, dh0, dc0)``: what the carry after step 0 adds to dL/dh0 and dL/dc0.
+
+Z holds the gates (the inputs' part U x + b before the forward step), S/s the states
+h_t, Sp/sp h_{t-1}, C/Cp the LSTM's c_t and c_{t-1}, E/e what the GRU keeps of a step
+(W_n h_{t-1} + b_hn), Hid/hid the GRU's W h_{t-1} + bh.
+"""
+import numpy as np
+from numba.extending import overload
+
+from . import elman, gru, lstm
+
+ELMAN, GRU, LSTM = np.empty(0, np.int8), np.empty(0, np.int16), np.empty(0, np.int32)
+TAGS = {"elman": ELMAN, "gru": GRU, "lstm": LSTM}
+_MODULES = {np.dtype(np.int8): elman, np.dtype(np.int16): gru, np.dtype(np.int32): lstm}
+
+
+def _module(tag):
+    """The cell module of a tag's Numba type."""
+    return _MODULES[np.dtype(str(tag.dtype))]
+
+
+def _stub(tag, *args):
+    raise NotImplementedError("cell hooks are called from compiled kernels only")
+
+
+def prepare_fm(tag, Sm, fp, B, act):
+    _stub(tag)
+
+
+def forward_fm(tag, Z, S, Sp, E, C, Cp, Hid, act, buf):
+    _stub(tag)
+
+
+def forward_tm(tag, z, s, sp, e, c, cp, hid, H, act):
+    _stub(tag)
+
+
+def backward_fm(tag, dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act):
+    _stub(tag)
+
+
+def backward_tm(tag, dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act):
+    _stub(tag)
+
+
+def to_h0(tag, X, dh0, dc0):
+    _stub(tag)
+
+
+@overload(prepare_fm, inline="always")
+def _prepare_fm(tag, Sm, fp, B, act):
+    impl = _module(tag).prepare_fm
+    return lambda tag, Sm, fp, B, act: impl(Sm, fp, B, act)
+
+
+@overload(forward_fm, inline="always")
+def _forward_fm(tag, Z, S, Sp, E, C, Cp, Hid, act, buf):
+    impl = _module(tag).forward_fm
+    return lambda tag, Z, S, Sp, E, C, Cp, Hid, act, buf: impl(Z, S, Sp, E, C, Cp, Hid, act,
+                                                                 buf)
+
+
+@overload(forward_tm, inline="always")
+def _forward_tm(tag, z, s, sp, e, c, cp, hid, H, act):
+    impl = _module(tag).forward_tm
+    return lambda tag, z, s, sp, e, c, cp, hid, H, act: impl(z, s, sp, e, c, cp, hid, H, act)
+
+
+@overload(backward_fm, inline="always")
+def _backward_fm(tag, dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act):
+    impl = _module(tag).backward_fm
+
+    def call(tag, dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act):
+        impl(dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act)
+
+    return call
+
+
+@overload(backward_tm, inline="always")
+def _backward_tm(tag, dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act):
+    impl = _module(tag).backward_tm
+
+    def call(tag, dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act):
+        impl(dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act)
+
+    return call
+
+
+@overload(to_h0, inline="always")
+def _to_h0(tag, X, dh0, dc0):
+    impl = _module(tag).to_h0
+    return lambda tag, X, dh0, dc0: impl(X, dh0, dc0)

@@ -1,0 +1,128 @@
+"""Checks the commands run before any work, so that a run never fails at its end (or at
+its first sample) for something that could be known at its start: output files that
+cannot be written, a plot format matplotlib lacks, a model that cannot fit in memory,
+a corpus too small for the options. Each raises `CommandError` with the fix.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+
+import numpy as np
+
+from ._command_errors import CommandError, describe
+from .checkpoint import check_target
+
+__all__ = ["output_file", "new_checkpoint", "plot_file", "memory", "model_memory", "corpus",
+           "model_bytes"]
+
+
+def output_file(path, option, *, make_folders=False):
+    """``path`` (given as ``option``) can be written: its folder exists (or, with
+    ``make_folders``, can be made) and takes a new file."""
+    try:
+        check_target(path, make_folders=make_folders)
+    except OSError as error:
+        raise CommandError(f"{option} {path}: {describe(error)}") from None
+
+
+def new_checkpoint(path, option="--checkpoint"):
+    """`output_file`, and a file already there is a checkpoint (which a new run replaces),
+    not some other file that would be lost."""
+    output_file(path, option, make_folders=True)
+    target = os.path.realpath(path)
+    if os.path.isfile(target) and os.path.getsize(target):
+        try:
+            with zipfile.ZipFile(target) as z:
+                ours = "meta.npy" in z.namelist()
+        except (zipfile.BadZipFile, OSError):
+            ours = False
+        if not ours:
+            raise CommandError(f"{option} {path}: the file there is not a fastbptt checkpoint "
+                               "and would be overwritten; choose another path")
+
+
+def plot_file(path, option="--plot"):
+    """matplotlib is installed and can write ``path``'s format, and ``path`` can be written."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise CommandError(f"{option} needs matplotlib: pip install 'fastbptt[plot]'") from None
+    formats = Figure().canvas.get_supported_filetypes()
+    ext = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    if ext not in formats:
+        kind = f".{ext} files" if ext else "a file name without an extension"
+        raise CommandError(f"{option} {path}: matplotlib cannot write {kind}; use one of "
+                           f"{', '.join('.' + f for f in sorted(formats))}")
+    output_file(path, option)
+
+
+def model_bytes(options, vocab):
+    """Bytes a run of `fastbptt.train.TrainOptions` ``options`` over ``vocab`` characters
+    needs: weights, gradients and optimizer state, and the working memory of a training
+    step or an evaluation call (32 streams x 128 steps), whichever is larger."""
+    H, V = options.hidden, vocab
+    weights = 2 * H * V + H * H + H + V
+    state = {"adam": 2, "adagrad": 1}.get(options.optimizer, 1 if options.momentum else 0)
+    k, s = options.window
+    per_step = (7 if s < k else 5) * H + V         # states, deltas, derivatives; errors
+    work = max(options.batch * options.seq_length, 32 * 128) * per_step
+    return np.dtype(options.dtype).itemsize * (weights * (2 + state) + work)
+
+
+def _memory_limit():
+    """Physical memory, or the container's limit where that is lower (bytes), or None."""
+    limits = []
+    try:
+        limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append(int(text))
+    return min(limits) if limits else None
+
+
+def _size(n):
+    for unit, scale in (("TB", 2**40), ("GB", 2**30)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n / 2**20:,.0f} MB"
+
+
+def memory(need, what, fix, limit=None):
+    """CommandError when ``need`` bytes (for ``what``) cannot fit in this machine's memory,
+    before anything that large is allocated; ``fix`` says what to change."""
+    limit = _memory_limit() if limit is None else limit
+    if limit is not None and need > limit:
+        raise CommandError(f"{what} needs about {_size(need)}, more than the {_size(limit)} "
+                           f"of this machine; {fix}")
+
+
+def model_memory(options, vocab):
+    """`memory` for a training run of ``options`` over ``vocab`` characters."""
+    memory(model_bytes(options, vocab),
+           f"--hidden {options.hidden} with --batch {options.batch} --seq-length "
+           f"{options.seq_length} (weights, gradients, {options.optimizer} state, working "
+           "memory)", "choose a smaller --hidden, --batch or --seq-length")
+
+
+def corpus(codec, train_ids, val_ids, options):
+    """The text can train the model the options describe, and score it on held-out text."""
+    if len(codec) < 2:
+        raise CommandError(f"the text holds one distinct character ({codec.chars[0]!r}); a "
+                           "model needs at least two to have something to predict")
+    if val_ids.size < 2:
+        raise CommandError(f"the validation split holds {val_ids.size} character(s) "
+                           f"(--val-fraction {options.val_fraction:g} of "
+                           f"{train_ids.size + val_ids.size:,}); it needs at least 2: raise "
+                           "--val-fraction or pass more text")
+    if train_ids.size < options.batch + 1:
+        raise CommandError(f"the train split holds {train_ids.size} characters, too few for "
+                           f"--batch {options.batch} cursors (each needs at least 2); lower "
+                           "--batch or pass more text")

@@ -1,0 +1,119 @@
+"""What ``fastbptt train --resume`` takes from a checkpoint, and how it checks it.
+
+- Options: the checkpoint's, with a field it lacks (one added to `TrainOptions` after it
+  was written) at its default. The command line may change the learning rate and the
+  clipping (what a diverged run needs); any other option it gives must agree.
+- Corpus: recognised by its content (the sha256 saved with the run), not by its path:
+  the files named on the command line, else the saved paths relative to the
+  checkpoint's folder (a project folder moved or renamed with its checkpoint), else the
+  saved absolute paths.
+- Model: every array's shape agrees with the options and the vocabulary, and the
+  weights are finite, so a damaged or foreign file is refused before training.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+
+from ._command_errors import CommandError, UsageError
+from ._ranges import flag
+from .checkpoint import CheckpointError
+from .params import NAMES
+
+__all__ = ["ADJUSTABLE", "resumed_options", "find_corpus", "corpus_paths", "check_model"]
+
+ADJUSTABLE = ("lr", "clip_norm", "clip_value")   # may differ from the checkpoint's
+
+
+def resumed_options(options_class, saved, given, path):
+    """The run's options from the checkpoint's ``saved`` dict and the command line's
+    ``given`` fields; returns (options, {name: (old, new)} of the adjusted ones)."""
+    fields = {f.name: saved.get(f.name, f.default) for f in dataclasses.fields(options_class)}
+    try:
+        options = options_class(**fields)
+        options.check()
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"{path} is not a usable fastbptt checkpoint: its options: "
+                              f"{error}") from None
+    changed = {}
+    for name, value in (given or {}).items():
+        old = getattr(options, name)
+        if old == value:
+            continue
+        if name not in ADJUSTABLE:
+            raise UsageError(f"--resume: the checkpoint has {flag(name)} {old!r}, the "
+                             f"command line {value!r}; drop the option or start a new run")
+        setattr(options, name, value)
+        changed[name] = (old, value)
+    return options, changed
+
+
+def corpus_paths(files, checkpoint):
+    """What a run saves about its text files: absolute paths and paths relative to the
+    checkpoint's folder."""
+    folder = os.path.dirname(os.path.abspath(checkpoint))
+    absolute = [os.path.abspath(p) for p in files]
+    return {"files": absolute,
+            "files_relative": [os.path.relpath(p, folder) for p in absolute]}
+
+
+def find_corpus(load, files, saved, checkpoint):
+    """(corpus, files) of the text the checkpoint was trained on; ``load(files)`` reads
+    files ([] for the default corpus)."""
+    digest = saved.get("corpus_sha256")
+    if files:
+        corpus = load(files)
+        if corpus.digest != digest:
+            raise CommandError(f"--resume: the text of {', '.join(files)} differs from the "
+                               f"text {checkpoint} was trained on; pass the same text (it "
+                               "may have moved or been renamed, not changed)")
+        return corpus, list(files)
+    known = saved.get("files") or []
+    relative = saved.get("files_relative") or []
+    for name, value in (("files", known), ("files_relative", relative)):
+        if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+            raise CheckpointError(f"{checkpoint} is not a usable fastbptt checkpoint: its "
+                                  f"'{name}' is not a list of paths")
+    if not known:
+        corpus = load([])
+        if corpus.digest != digest:
+            raise CommandError(f"--resume: {checkpoint} was trained on another version of "
+                               "the standard library's source than this Python's")
+        return corpus, []
+    folder = os.path.dirname(os.path.abspath(checkpoint))
+    candidates = [known]
+    if relative:
+        candidates.insert(0, [os.path.normpath(os.path.join(folder, p)) for p in relative])
+    for paths in candidates:
+        if all(os.path.isfile(p) for p in paths):
+            corpus = load(paths)
+            if corpus.digest == digest:
+                return corpus, paths
+    names = ", ".join(os.path.basename(p) for p in known)
+    raise CommandError(f"--resume: cannot find the text {checkpoint} was trained on "
+                       f"({names}) where it was, nor at the same place relative to the "
+                       "checkpoint; name its files: fastbptt train FILE... --resume")
+
+
+def check_model(params, codec, options, hidden=None, optimizer_state=None):
+    """ValueError unless the arrays fit a model of ``options`` over ``codec``'s
+    characters: each shape, the carried state's, the optimizer buffers', and finiteness."""
+    V, H = len(codec), options.hidden
+    want = {"U": (H, V), "W": (H, H), "V": (V, H), "b": (H,), "c": (V,)}
+    arrays = dict(zip(NAMES, params))
+    for name, value in arrays.items():
+        if value is not None and value.shape != want[name]:
+            raise ValueError(f"params {name} is {value.shape}; a model with hidden size {H} "
+                             f"over {V} characters needs {want[name]}")
+        if value is not None and not np.isfinite(value).all():
+            raise ValueError(f"params {name} holds NaN or inf")
+    if hidden is not None and hidden.shape != (options.batch, H):
+        raise ValueError(f"the carried state is {hidden.shape}, not (batch, hidden) = "
+                         f"{(options.batch, H)}")
+    for name, slot in (optimizer_state or {}).items():
+        for key, buffer in slot.items():
+            if arrays.get(name) is None or buffer.shape != arrays[name].shape:
+                raise ValueError(f"the optimizer's {key}.{name} is {buffer.shape}, not the "
+                                 f"shape of params {name}")

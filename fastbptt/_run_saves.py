@@ -1,0 +1,62 @@
+"""Where ``fastbptt train`` writes its checkpoint: at the end, on a signal, after an error
+in the loop (and, later, every N steps): one function for each, so every save holds
+signals back until the file is complete and words a failure the same way.
+"""
+from __future__ import annotations
+
+from ._command_errors import CommandError, describe
+
+__all__ = ["save_checkpoint", "Diverged", "failure"]
+
+
+class Diverged(ArithmeticError):
+    """A step's loss or gradient norm was not finite (``applied=False``: the step was
+    skipped and the trainer holds the state before it), or its update made the weights
+    overflow (``applied=True``: the weights are lost)."""
+
+    def __init__(self, step, what, value, applied=False):
+        super().__init__(f"step {step}'s {what} is {value}")
+        self.step, self.what, self.value, self.applied = step, what, value, applied
+
+
+def save_checkpoint(trainer, path, extra, guard):
+    """Write ``trainer``'s run to ``path`` with signals held back until the file is
+    complete; CommandError (the previous file unchanged) when it cannot be written."""
+    with guard.deferred():
+        try:
+            return trainer.save(path, **extra)
+        except OSError as error:
+            raise CommandError(f"could not write the checkpoint {path} ({describe(error)}); "
+                               "a checkpoint already there is unchanged") from None
+
+
+def _resume_hint(path, changes=""):
+    return f"`fastbptt train --resume --checkpoint {path}{changes}`"
+
+
+def failure(error, trainer, path, extra, guard):
+    """The CommandError to raise for ``error`` from inside the training loop, after saving
+    the last good state when the trainer holds one."""
+    lr = trainer.options.lr
+    if isinstance(error, Diverged) and error.applied:
+        return CommandError(
+            f"the run diverged: the update of step {error.step} made the weights overflow "
+            f"(the learning rate {lr:g} is far too large), so they are lost and nothing was "
+            f"saved over {path}; start again with a lower --lr")
+    if not trainer.consistent:
+        return CommandError(f"{describe(error)} during the update of step {trainer.step + 1},"
+                            f" which left the weights half-updated; nothing was saved over "
+                            f"{path}")
+    try:
+        save_checkpoint(trainer, path, extra, guard)
+    except CommandError as unsaved:
+        return CommandError(f"{describe(error)} after step {trainer.step}, and {unsaved}")
+    if isinstance(error, Diverged):
+        return CommandError(
+            f"the run diverged: {error}, so that step was not applied; the state before it "
+            f"is saved in {path}. Try a lower learning rate or gradient clipping: resume "
+            f"with them, e.g. {_resume_hint(path, f' --lr {lr / 10:.2g} --clip-norm 1')}, "
+            "or start a new run with them")
+    return CommandError(f"{describe(error)} after step {trainer.step}; the state after "
+                        f"that step is saved in {path}, and {_resume_hint(path)} continues "
+                        "from it")

@@ -1,0 +1,107 @@
+"""SIGINT, SIGTERM and SIGHUP for the commands: stop now, or finish what must not be cut.
+
+Inside a `SignalGuard` the first of the three signals raises `Interrupted` where the
+program is (reading a corpus, compiling, evaluating), or, inside ``guard.deferred()``, is
+only recorded: the training loop checks ``guard.received`` between steps, and a
+checkpoint being written is never cut short by a second signal. A guard raises at most
+once; later signals are recorded, so that cleaning up after the first (even when it
+came as the guard was being left) is never interrupted in turn. The exit status is the shell's
+convention, 128 + the number of the first signal: 130 (SIGINT), 143 (SIGTERM), 129
+(SIGHUP).
+"""
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+
+__all__ = ["Interrupted", "SignalGuard", "SIGNALS"]
+
+SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                if hasattr(signal, name))
+
+
+class Interrupted(BaseException):
+    """A signal stopped the command; ``note`` says what became of the work.
+
+    A BaseException, as KeyboardInterrupt is: ``except Exception`` does not catch it.
+    """
+
+    def __init__(self, signum, note=""):
+        super().__init__(signum, note)
+        self.signum, self.note = signum, note
+
+    @property
+    def status(self):
+        return 128 + self.signum
+
+    @property
+    def name(self):
+        return signal.Signals(self.signum).name
+
+    def __str__(self):
+        return f"interrupted by {self.name}" + (f" {self.note}" if self.note else "")
+
+
+class SignalGuard:
+    """Handlers for `SIGNALS` while the context is open (main thread only; elsewhere it
+    leaves signals alone). ``note`` goes into the `Interrupted` raised. On leaving, the
+    previous handlers come back, or with ``ignore_after`` the signals are ignored from
+    then on (for a program that is about to exit with its command's status)."""
+
+    def __init__(self, note="", *, ignore_after=False):
+        self.note = note
+        self.ignore_after = ignore_after
+        self.received = None            # the first signal's number
+        self._defer = 0
+        self._raised = False
+        self._old = {}
+
+    @property
+    def status(self):
+        return None if self.received is None else 128 + self.received
+
+    @property
+    def name(self):
+        return None if self.received is None else signal.Signals(self.received).name
+
+    def _handle(self, signum, frame):
+        if self.received is None:
+            self.received = signum
+        if not self._defer and not self._raised:
+            self._raised = True
+            raise Interrupted(self.received, self.note)
+
+    @contextmanager
+    def deferred(self):
+        """Signals are recorded, not raised, until the block ends."""
+        self._defer += 1
+        try:
+            yield self
+        finally:
+            self._defer -= 1
+
+    def __enter__(self):
+        with self.deferred():           # all handlers in place before one may raise
+            for signum in SIGNALS:
+                try:
+                    self._old[signum] = signal.signal(signum, self._handle)
+                except ValueError:      # not the main thread
+                    break
+        if self.received is not None and not self._defer and not self._raised:
+            self._raised = True
+            self.release()
+            raise Interrupted(self.received, self.note)
+        return self
+
+    def release(self):
+        """Give the signals back (or ignore them, with ``ignore_after``); idempotent, so
+        it can run again after a signal cut a first attempt short."""
+        self._defer += 1                # no handler of this guard raises from here on
+        while self._old:
+            signum, old = next(iter(self._old.items()))
+            signal.signal(signum, signal.SIG_IGN if self.ignore_after else old)
+            del self._old[signum]
+
+    def __exit__(self, *exc):
+        self.release()
+        return False

@@ -1,0 +1,95 @@
+"""Running ``python -m fastbptt`` in real processes, for the tests of exit statuses,
+one-line errors and signals: this checkout's package, small corpora and sizes."""
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import fastbptt
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastbptt.__file__)))
+TEXT = ("the quick brown fox jumps over the lazy dog. " * 6
+        + "def f(x):\n    return x + 1\n" * 6) * 4
+SMALL = ("--hidden", "8", "--seq-length", "8", "--batch", "2", "--no-progress")
+
+
+def env(**changes):
+    """The environment of a command: this checkout first on PYTHONPATH, unbuffered output."""
+    out = dict(os.environ, PYTHONUNBUFFERED="1")
+    out["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    out.update(changes)
+    return out
+
+
+def start(args, cwd, **env_changes):
+    return subprocess.Popen([sys.executable, "-m", "fastbptt", *map(str, args)], cwd=cwd,
+                            env=env(**env_changes), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+class Outcome:
+    def __init__(self, args, status, out, err):
+        self.args, self.status, self.out, self.err = args, status, out, err
+
+    def __repr__(self):
+        return f"{self.args}: status {self.status}\nstdout: {self.out[-600:]}\nstderr: {self.err}"
+
+    def one_line(self, prefix):
+        """stderr is a single line starting with ``prefix``, and no traceback anywhere."""
+        lines = self.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(prefix), self
+        assert "Traceback" not in self.out + self.err, self
+        return lines[0]
+
+
+def run_all(commands, cwd, timeout=300):
+    """Run every argument list at once (they are independent); their `Outcome`s in order."""
+    procs = [start(args, cwd) for args in commands]
+    outcomes = []
+    for args, proc in zip(commands, procs):
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        outcomes.append(Outcome(args, proc.returncode, out, err))
+    return outcomes
+
+
+def read_until(proc, marker, timeout=120):
+    """Lines of proc's stdout up to the one starting with ``marker`` (which must come)."""
+    lines, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith(marker):
+            return lines
+    raise AssertionError(f"no line starting with {marker!r} in {lines}; "
+                         f"stderr: {proc.stderr.read() if proc.poll() is not None else ''}")
+
+
+def finish(proc, args=(), timeout=120):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return Outcome(args, proc.returncode, out, err)
+
+
+def write_corpus(folder, name="tiny.txt", text=TEXT):
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def word_corpus(folder, chars, name="words.txt"):
+    """About ``chars`` characters of random words: a corpus whose evaluation takes a while."""
+    rng = np.random.default_rng(0)
+    words = np.array(["alpha ", "beta ", "gamma ", "delta\n", "eps ", "zeta. "])
+    text = "".join(rng.choice(words, size=chars // 5))
+    return write_corpus(folder, name, text)

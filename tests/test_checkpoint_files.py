@@ -1,0 +1,203 @@
+"""Checkpoint files: written atomically with the permissions of any new file, through
+symbolic links, and read back only when whole: every kind of damage is a CheckpointError."""
+import dataclasses
+import os
+import stat
+
+import numpy as np
+import pytest
+
+from checkpoint_edits import edit_meta, rewrite
+from fastbptt import checkpoint
+from fastbptt.checkpoint import CheckpointError
+from fastbptt.text import Codec
+from fastbptt.train import TrainOptions, Trainer
+
+TEXT = "the quick brown fox jumps over the lazy dog. " * 20
+
+
+@pytest.fixture(scope="module")
+def trainer():
+    codec = Codec.from_text(TEXT)
+    t = Trainer(TrainOptions(hidden=6, seq_length=5, batch=2), codec.encode(TEXT), codec)
+    for _ in range(3):
+        t.train_step()
+    return t
+
+
+def same(a, b):
+    """Two checkpoints hold the same run."""
+    assert a.step == b.step and a.codec == b.codec and a.options == b.options
+    assert a.rng_state == b.rng_state and a.batcher == b.batcher
+    for x, y in zip(a.params, b.params):
+        assert (x is None and y is None) or np.array_equal(x, y)
+    assert a.optimizer.keys() == b.optimizer.keys()
+    for key, value in a.optimizer.items():
+        assert np.array_equal(value, b.optimizer[key])
+    assert np.array_equal(a.hidden, b.hidden)
+    return True
+
+
+@pytest.fixture
+def umask():
+    """Set the process's umask for one test."""
+    saved = []
+
+    def set_(mask):
+        saved.append(os.umask(mask))
+    yield set_
+    if saved:
+        os.umask(saved[0])
+
+
+@pytest.mark.parametrize("mask,mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_a_new_checkpoint_gets_the_permissions_the_umask_gives(trainer, tmp_path, umask,
+                                                               mask, mode):
+    umask(mask)
+    path = trainer.save(tmp_path / "run.npz")
+    assert stat.S_IMODE(os.stat(path).st_mode) == mode
+    reference = tmp_path / "plain"
+    reference.write_bytes(b"")
+    assert stat.S_IMODE(reference.stat().st_mode) == mode     # as any new file
+
+
+def test_a_replaced_checkpoint_keeps_its_permissions(trainer, tmp_path, umask):
+    umask(0o022)
+    path = tmp_path / "run.npz"
+    trainer.save(path)
+    os.chmod(path, 0o640)
+    trainer.save(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+def test_a_symbolic_link_keeps_pointing_at_the_updated_target(trainer, tmp_path):
+    (tmp_path / "runs").mkdir()
+    target = tmp_path / "runs" / "real.npz"
+    link = tmp_path / "latest.npz"
+    link.symlink_to(target)                                   # dangling: made on save
+    trainer.save(link)
+    assert link.is_symlink() and target.is_file()
+    first = target.read_bytes()
+    trainer.train_step()
+    trainer.save(link)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_bytes() != first and checkpoint.load(link).step == trainer.step
+    assert sorted(os.listdir(tmp_path)) == ["latest.npz", "runs"]
+    assert os.listdir(tmp_path / "runs") == ["real.npz"]      # no temporary file left
+
+
+@pytest.mark.parametrize("breaking", ["savez", "fsync", "replace"])
+def test_a_failed_save_leaves_the_last_good_checkpoint(trainer, tmp_path, monkeypatch,
+                                                       breaking):
+    path = tmp_path / "keep.npz"
+    trainer.save(path)
+    before = path.read_bytes()
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    target = np if breaking == "savez" else os
+    monkeypatch.setattr(target, breaking, broken)
+    with pytest.raises(OSError, match="No space left"):
+        checkpoint.save(path, dataclasses.replace(trainer.checkpoint(), step=99))
+    monkeypatch.undo()
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["keep.npz"]
+
+
+def test_check_target_creates_nothing_and_names_the_problem(tmp_path):
+    (tmp_path / "file").write_text("x")
+    checkpoint.check_target(tmp_path / "new" / "deeper" / "run.npz")
+    assert os.listdir(tmp_path) == ["file"]
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        checkpoint.check_target(tmp_path / "new" / "run.npz", make_folders=False)
+    with pytest.raises(NotADirectoryError, match="is a file, not a folder"):
+        checkpoint.check_target(tmp_path / "file" / "sub" / "run.npz")
+    with pytest.raises(IsADirectoryError, match="that is a folder"):
+        checkpoint.check_target(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def saved(trainer, tmp_path_factory):
+    path = tmp_path_factory.mktemp("ck") / "good.npz"
+    trainer.save(path)
+    return path
+
+
+def test_every_truncation_is_refused(saved, tmp_path):
+    data = saved.read_bytes()
+    cut = tmp_path / "cut.npz"
+    for n in list(range(0, 64)) + list(range(64, len(data), 37)):
+        cut.write_bytes(data[:n])
+        with pytest.raises(CheckpointError, match="cut.npz"):
+            checkpoint.load(cut)
+
+
+def test_a_flipped_byte_is_refused_or_changes_nothing(saved, tmp_path):
+    """zip's CRC-32 covers every entry; a flip outside them (a time stamp, say) leaves
+    the same checkpoint."""
+    data = saved.read_bytes()
+    good = checkpoint.load(saved)
+    flipped, refused = tmp_path / "flip.npz", 0
+    for i in range(0, len(data), 23):
+        damaged = bytearray(data)
+        damaged[i] ^= 0x04
+        flipped.write_bytes(bytes(damaged))
+        try:
+            loaded = checkpoint.load(flipped)
+        except CheckpointError as error:
+            assert "flip.npz" in str(error) and "\n" not in str(error)
+            refused += 1
+        else:
+            assert same(loaded, good), i
+    assert refused > 0.8 * (len(data) // 23)
+
+
+DAMAGE = [
+    ("no meta", lambda a: a.pop("meta"), "no 'meta' entry"),
+    ("no vocab", lambda a: a.pop("vocab"), "no 'vocab' entry"),
+    ("no U", lambda a: a.pop("params.U"), "no params.U entry"),
+    ("unknown param", lambda a: a.update({"params.Q": np.ones(3)}), "unknown entry params.Q"),
+    ("integer W", lambda a: a.update({"params.W": np.ones((6, 6), int)}), "params.W is a"),
+    ("3-D V", lambda a: a.update({"params.V": np.ones((2, 2, 2))}), "params.V is a 3-D"),
+    ("object meta", lambda a: a.update({"meta": np.array([{}], object)}),
+     "Object arrays cannot be loaded"),
+    ("meta not JSON", lambda a: a.update({"meta": np.array("{step: 1")}), "damaged"),
+    ("meta a list", lambda a: a.update({"meta": np.array("[1, 2]")}), "not a JSON object"),
+    ("numeric meta", lambda a: a.update({"meta": np.arange(3)}), "not a JSON string"),
+    ("format 7", edit_meta(lambda m: m.update(format=7)), "format 7 is not one this version reads"),
+    ("no step", edit_meta(lambda m: m.pop("step")), "'meta' has no 'step'"),
+    ("step a string", edit_meta(lambda m: m.update(step="3")), "'step' is a str, not a int"),
+    ("negative step", edit_meta(lambda m: m.update(step=-2)), "'meta' step is -2"),
+    ("options a list", edit_meta(lambda m: m.update(options=[])), "'options' is a list"),
+    ("float vocab", lambda a: a.update({"vocab": np.ones(3)}), "not a list of code points"),
+    ("vocab beyond Unicode", lambda a: a.update({"vocab": np.array([65, 0x110000])}),
+     "not Unicode code points"),
+    ("repeated vocab", lambda a: a.update({"vocab": np.array([65, 65])}), "repeated"),
+    ("1-D hidden", lambda a: a.update({"hidden": np.ones(6, np.float32)}),
+     "'hidden' is a 1-D"),
+]
+
+
+@pytest.mark.parametrize("change,phrase", [pytest.param(c, p, id=i) for i, c, p in DAMAGE])
+def test_damaged_entries_are_refused_naming_the_problem(saved, tmp_path, change, phrase):
+    bad = tmp_path / "bad.npz"
+    rewrite(saved, bad, change)
+    with pytest.raises(CheckpointError) as info:
+        checkpoint.load(bad)
+    message = str(info.value)
+    assert message.startswith(f"{bad} is ") and phrase in message, message
+    assert "\n" not in message
+
+
+def test_missing_paths_are_os_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint at"):
+        checkpoint.load(tmp_path / "none.npz")
+    with pytest.raises(IsADirectoryError, match="is a folder"):
+        checkpoint.load(tmp_path)
+
+
+def test_todays_format_reads_back_through_the_params_pair(trainer):
+    arrays = checkpoint.params_to_arrays(trainer.params)
+    assert list(arrays) == ["U", "W", "V", "b", "c"]
+    back = checkpoint.params_from_arrays(arrays, 1)
+    assert all(a is b for a, b in zip(back, trainer.params))
+    assert checkpoint.FORMAT in checkpoint.READABLE

@@ -1,0 +1,165 @@
+"""Every mistake gets one line on stderr and the status of its class: 2 for a command
+line that is wrong by itself, 1 for any other failure. Each case runs through
+`fastbptt.cli.main` in this process, and the ones marked ``PROCESS`` (a few per class and
+subcommand) also as real processes. (Signals: test_signals.py; failures inside a
+training run: test_run_safety.py.)"""
+import os
+
+import numpy as np
+import pytest
+
+from checkpoint_edits import edit_meta, rewrite
+from cli_processes import SMALL, Outcome, finish, run_all, start, write_corpus
+from fastbptt.cli import main
+
+PROCESS = "process"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A tiny corpus, a checkpoint trained on it (the run also fills Numba's cache for the
+    processes that follow), and damaged copies of the checkpoint."""
+    here = tmp_path_factory.mktemp("cli")
+    write_corpus(here)
+    write_corpus(here, "one.txt", "a" * 400)
+    write_corpus(here, "short.txt", "abcdefghij")
+    (here / "folder").mkdir()
+    made = finish(start(["train", "tiny.txt", *SMALL, "--steps", "2", "--sample-every", "0",
+                         "--checkpoint", "good.npz"], here))
+    assert made.status == 0, made
+    good = (here / "good.npz").read_bytes()
+    (here / "truncated.npz").write_bytes(good[:len(good) // 2])
+    flipped = bytearray(good)
+    flipped[len(good) // 3] ^= 0x10
+    (here / "flipped.npz").write_bytes(bytes(flipped))
+    np.savez(here / "foreign.npz", weights=np.arange(3.0))
+    rewrite(here / "good.npz", here / "no_vocab.npz", lambda a: a.pop("vocab"))
+    rewrite(here / "good.npz", here / "no_W.npz", lambda a: a.pop("params.W"))
+    rewrite(here / "good.npz", here / "text_hidden.npz",
+            edit_meta(lambda m: m["options"].update(hidden="abc")))
+    rewrite(here / "good.npz", here / "int_W.npz",
+            lambda a: a.update({"params.W": a["params.W"].astype(np.int64)}))
+    rewrite(here / "good.npz", here / "no_step.npz", edit_meta(lambda m: m.pop("step")))
+    return here
+
+
+USAGE = [
+    (["train", "tiny.txt", *SMALL, "--hidden", "0"],
+     "argument --hidden: must be an integer of at least 1; got 0", PROCESS),
+    (["train", "tiny.txt", *SMALL, "--lr", "nan"], "argument --lr: must be a finite number"),
+    (["train", "tiny.txt", *SMALL, "--lr", "1e39"],
+     "--lr 1e+39 is beyond the range of --dtype float32"),
+    (["train", "tiny.txt", *SMALL, "--val-fraction", "1"],
+     "argument --val-fraction: must be a finite number in (0, 1)"),
+    (["train", "tiny.txt", *SMALL, "--truncate", "4", "--stride", "5"],
+     "--stride 5 exceeds the window of 4 steps", PROCESS),
+    (["train", "tiny.txt", *SMALL, "--temperature", "0"], "argument --temperature"),
+    (["train", "tiny.txt", *SMALL, "--sample-chars", "-5"], "argument --sample-chars"),
+    (["train", "tiny.txt", *SMALL, "--lr-final", "1.5"], "argument --lr-final"),
+    (["train", "tiny.txt", *SMALL, "--seed", "-1"], "argument --seed"),
+    (["train", "tiny.txt", *SMALL, "--hiden", "8"], "unrecognized arguments: --hiden"),
+    (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "good.npz", "--hidden", "9"],
+     "--resume: the checkpoint has --hidden 8, the command line 9", PROCESS),
+    (["sample", "good.npz", "--chars", "-1"], "argument --chars"),
+    (["sample", "good.npz", "--temperature", "-0.5"], "argument --temperature"),
+    (["sample", "good.npz", "--prime", "QZ"], "--prime holds characters not in the vocabulary",
+     PROCESS),
+    (["demo", "--truncate", "0"], "argument --truncate", PROCESS),
+    (["demo", "--hidden", "x"], "argument --hidden: must be an integer"),
+    (["bench", "--workloads", "W9"], "argument --workloads: unknown workload 'W9'",
+     PROCESS),
+    (["bench", "--repeat", "0"], "argument --repeat"),
+]
+
+
+def in_process(args, capsys):
+    """`main(args)` as an `Outcome` (argparse's errors leave through SystemExit)."""
+    try:
+        status = main(list(args))
+    except SystemExit as stop:
+        status = stop.code
+    captured = capsys.readouterr()
+    return Outcome(args, status, captured.out, captured.err)
+
+
+def outcomes(cases, folder, capsys, monkeypatch):
+    """(outcome, case) of every case in this process, then of the PROCESS ones as
+    processes."""
+    monkeypatch.chdir(folder)
+    out = [(in_process(case[0], capsys), case) for case in cases]
+    chosen = [case for case in cases if PROCESS in case]
+    assert len(chosen) >= 5
+    return out + list(zip(run_all([case[0] for case in chosen], folder), chosen))
+
+
+def test_usage_errors_exit_2_with_one_line(folder, capsys, monkeypatch):
+    for outcome, (args, phrase, *_) in outcomes(USAGE, folder, capsys, monkeypatch):
+        assert outcome.status == 2, outcome
+        line = outcome.one_line(f"fastbptt {args[0]}: ")
+        assert phrase in line and line.endswith(f"see `fastbptt {args[0]} -h`"), outcome
+
+
+def _unwritable_folder(folder):
+    """A folder this process cannot create files in, or None (root writes anywhere that is
+    not a read-only file system)."""
+    if os.geteuid() != 0:
+        path = folder / "locked"
+        path.mkdir(exist_ok=True)
+        path.chmod(0o555)
+        return path
+    return "/sys" if os.path.isdir("/sys") and not os.access("/sys", os.W_OK) else None
+
+
+def failures(folder):
+    cases = [
+        (["train", "missing.txt", *SMALL], "missing.txt: No such file or directory", PROCESS),
+        (["train", "folder", *SMALL], "folder: Is a directory"),
+        (["train", "tiny.txt", *SMALL, "--checkpoint", "folder"],
+         "--checkpoint folder: that is a folder", PROCESS),
+        (["train", "tiny.txt", *SMALL, "--checkpoint", "tiny.txt/c.npz"],
+         "tiny.txt is a file, not a folder"),
+        (["train", "tiny.txt", *SMALL, "--checkpoint", "tiny.txt"],
+         "the file there is not a fastbptt checkpoint and would be overwritten"),
+        (["train", "tiny.txt", *SMALL, "--plot", "loss.xyz"], "--plot"),
+        (["train", "one.txt", *SMALL], "the text holds one distinct character ('a')",
+         PROCESS),
+        (["train", "short.txt", *SMALL], "the validation split holds 1 character(s)"),
+        (["train", "tiny.txt", *SMALL, "--hidden", "100000000"],
+         "--hidden 100000000 with --batch 2 --seq-length 8 (weights", PROCESS),
+        (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "nothere.npz"],
+         "no checkpoint at nothere.npz"),
+        (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "truncated.npz"],
+         "truncated.npz is not a fastbptt checkpoint", PROCESS),
+        (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "flipped.npz"],
+         "flipped.npz is damaged or not a fastbptt checkpoint"),
+        (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "text_hidden.npz"],
+         "text_hidden.npz is not a usable fastbptt checkpoint: its options: --hidden must "
+         "be an integer"),
+        (["sample", "foreign.npz"], "foreign.npz is not a usable fastbptt checkpoint: no "
+                                    "'meta' entry", PROCESS),
+        (["sample", "no_vocab.npz"], "no 'vocab' entry"),
+        (["sample", "no_W.npz"], "no params.W entry"),
+        (["sample", "int_W.npz"], "params.W is a 2-D int64 array"),
+        (["sample", "no_step.npz"], "'meta' has no 'step'"),
+        (["sample", "tiny.txt"], "tiny.txt is not a fastbptt checkpoint (not an .npz file"),
+        (["bench", "--json", "folder"], "--json folder: that is a folder"),
+        (["bench", "--json", "nodir/out.json"], "its folder", PROCESS),
+        (["demo", "--hidden", "1000000"], "--hidden 1000000 --vocab 65 --batch 1 --steps 100 "
+                                          "(weights and gradients of the kernels and the "
+                                          "reference) needs about", PROCESS),
+    ]
+    locked = _unwritable_folder(folder)
+    if locked is not None:
+        cases.append((["train", "tiny.txt", *SMALL, "--checkpoint", f"{locked}/c.npz"],
+                      f"cannot create a file in {locked}"))
+    return cases
+
+
+def test_other_failures_exit_1_with_one_line(folder, capsys, monkeypatch):
+    for outcome, (args, phrase, *_) in outcomes(failures(folder), folder, capsys,
+                                                monkeypatch):
+        assert outcome.status == 1, outcome
+        line = outcome.one_line(f"fastbptt {args[0]}: ")
+        assert phrase in line, outcome
+    assert not (folder / "nodir").exists() and not (folder / "c.npz").exists()
+    assert (folder / "tiny.txt").read_text().startswith("the quick")    # not overwritten

@@ -1,0 +1,173 @@
+"""from_torch and to_torch: round trips, real PyTorch modules, and the errors."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fastbptt
+from fastbptt import reference
+from fastbptt.params import leaves
+from fastbptt.params import CELLS
+
+L, H, C, B, T = 3, 2, 4, 2, 5
+SHAPES = [(1, False), (1, True), (2, False), (3, True)]
+TOLERANCE = 1e-12
+
+
+def model(cell, layers, bidirectional, bias=True, seed=0):
+    p = fastbptt.init_params(L, H, C, cell=cell, num_layers=layers, bidirectional=bidirectional,
+                             bias=bias, dtype=np.float64, seed=seed)
+    if isinstance(p, fastbptt.Params):
+        return fastbptt.Model(((fastbptt.Layer(p.U, p.W, p.b),),), p.V, p.c)
+    return p
+
+
+def outputs(params, x, cell):
+    """The reference's top states and final states of ``params`` (head ignored)."""
+    out = reference.layer_forward(x, fastbptt.Model(params.layers), cell=cell)
+    return out.h, out.h_final, out.c_final
+
+
+def close(a, b):
+    for u, v in zip(a, b):
+        if u is None or v is None:
+            assert u is None and v is None
+        else:
+            np.testing.assert_allclose(u, v, rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("layers,bidirectional", SHAPES)
+@pytest.mark.parametrize("cell", CELLS)
+def test_round_trip_is_the_same_function(cell, layers, bidirectional, bias):
+    m = model(cell, layers, bidirectional, bias)
+    rnn, head = fastbptt.to_torch(m)
+    back = fastbptt.from_torch(rnn, head)
+    x = np.random.default_rng(1).normal(size=(B, T, L))
+    close(outputs(back, x, cell), outputs(m, x, cell))
+    np.testing.assert_array_equal(back.V, m.V)
+    if bias:
+        np.testing.assert_array_equal(back.c, m.c)
+        assert not any(v.any() for k, v in rnn.items() if k.startswith("bias_hh")) or cell == "gru"
+    else:
+        assert back.c is None and not any(k.startswith("bias") for k in rnn)
+    if cell == "gru":        # GRU: the same tensors
+        assert leaves(back).keys() == leaves(m).keys()
+        for name, value in leaves(m).items():
+            np.testing.assert_array_equal(leaves(back)[name], value)
+
+
+@pytest.mark.parametrize("layers,bidirectional", SHAPES)
+@pytest.mark.parametrize("cell", CELLS)
+def test_torch_module_round_trip(cell, layers, bidirectional):
+    """A real module's weights give the module's outputs; to_torch loads back into it."""
+    torch = pytest.importorskip("torch")
+    kind = {"elman": torch.nn.RNN, "gru": torch.nn.GRU, "lstm": torch.nn.LSTM}[cell]
+    torch.manual_seed(0)
+    rnn = kind(L, H, num_layers=layers, bidirectional=bidirectional, batch_first=True).double()
+    head = torch.nn.Linear(H * (2 if bidirectional else 1), C).double()
+    m = fastbptt.from_torch(rnn.state_dict(), head.state_dict())
+    assert m.cell == cell and m.num_layers == layers and m.directions == (2 if bidirectional else 1)
+    np.testing.assert_array_equal(m.V, head.weight.detach().numpy())
+    x = np.random.default_rng(2).normal(size=(B, T, L))
+    out, state = rnn(torch.from_numpy(x))
+    h_n, c_n = state if cell == "lstm" else (state, None)
+    want = (out.detach().numpy(), h_n.detach().numpy(),
+            None if c_n is None else c_n.detach().numpy())
+    close(outputs(m, x, cell), want)
+    rnn_sd, head_sd = fastbptt.to_torch(m)
+    again = kind(L, H, num_layers=layers, bidirectional=bidirectional, batch_first=True).double()
+    again.load_state_dict({k: torch.from_numpy(v) for k, v in rnn_sd.items()})
+    np.testing.assert_allclose(again(torch.from_numpy(x))[0].detach().numpy(), want[0],
+                               rtol=0, atol=TOLERANCE)
+    assert head_sd.keys() == {"weight", "bias"}
+
+
+def test_accepts_params_layer_and_dicts():
+    p = fastbptt.init_params(L, H, C, dtype=np.float32, seed=3)
+    rnn, head = fastbptt.to_torch(p)
+    assert sorted(rnn) == ["bias_hh_l0", "bias_ih_l0", "weight_hh_l0", "weight_ih_l0"]
+    assert rnn["weight_ih_l0"] is not p.U and rnn["weight_ih_l0"].dtype == np.float32
+    np.testing.assert_array_equal(rnn["bias_ih_l0"], p.b)
+    assert not rnn["bias_hh_l0"].any() and head["weight"].shape == (C, H)
+    layer_sd, none = fastbptt.to_torch(fastbptt.Layer(p.U, p.W))
+    assert none is None and sorted(layer_sd) == ["weight_hh_l0", "weight_ih_l0"]
+    assert fastbptt.to_torch({"U": p.U, "W": p.W})[1] is None
+    assert fastbptt.to_torch(dict(p._asdict()))[1].keys() == {"weight", "bias"}
+    gru = model("gru", 1, False)
+    assert fastbptt.to_torch({"layers": gru.layers})[1] is None
+
+
+def test_tensors_and_dtype():
+    torch = pytest.importorskip("torch")
+    rnn = torch.nn.LSTM(L, H, num_layers=2, bias=False)        # float32
+    m = fastbptt.from_torch(rnn)                               # a module works too
+    assert m.layers[1][0].U.dtype == np.float32 and m.layers[0][0].b is None
+    m64 = fastbptt.from_torch(rnn.state_dict(), dtype=np.float64)
+    assert m64.layers[0][0].W.dtype == np.float64 and m64.V is None
+
+
+def test_summed_bias_and_gru_biases():
+    rng = np.random.default_rng(4)
+    bi, bh = rng.normal(size=H), rng.normal(size=H)
+    sd = {"weight_ih_l0": rng.normal(size=(H, L)), "weight_hh_l0": rng.normal(size=(H, H)),
+          "bias_ih_l0": bi, "bias_hh_l0": bh}
+    np.testing.assert_array_equal(fastbptt.from_torch(sd).layers[0][0].b, bi + bh)
+    gru = {"weight_ih_l0": rng.normal(size=(3 * H, L)), "weight_hh_l0": rng.normal(size=(3 * H, H)),
+           "bias_ih_l0": rng.normal(size=3 * H), "bias_hh_l0": rng.normal(size=3 * H)}
+    layer = fastbptt.from_torch(gru).layers[0][0]
+    assert layer.b is not gru["bias_ih_l0"]
+    np.testing.assert_array_equal(layer.bh, gru["bias_hh_l0"])
+    mixed = fastbptt.Model(((fastbptt.Layer(gru["weight_ih_l0"], gru["weight_hh_l0"], None,
+                                            gru["bias_hh_l0"]),),))
+    rnn, _ = fastbptt.to_torch(mixed)
+    assert not rnn["bias_ih_l0"].any()
+    np.testing.assert_array_equal(rnn["bias_hh_l0"], gru["bias_hh_l0"])
+
+
+def _state(cell="elman", layers=1, D=1):
+    return fastbptt.to_torch(fastbptt.Model(model(cell, layers, D == 2).layers))[0]
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda sd: sd.pop("weight_hh_l1"), "missing weight_hh_l1"),
+    (lambda sd: sd.pop("bias_ih_l0_reverse"), "missing bias_ih_l0_reverse"),
+    (lambda sd: sd.update(weight_xx_l0=np.zeros(2)), "unknown key"),
+    (lambda sd: sd.update(weight_hr_l0=np.zeros((1, 2))), "proj_size"),
+    (lambda sd: sd.update(weight_hh_l1=np.zeros((2, 2))), r"weight_hh_l1 must have shape \(8, 2\)"),
+    (lambda sd: sd.update(weight_ih_l1=np.zeros((8, 2))), r"weight_ih_l1 must have shape \(8, 4\)"),
+    (lambda sd: sd.update(bias_hh_l0=np.zeros(7)), r"bias_hh_l0 must have shape \(8,\)"),
+    (lambda sd: sd.update(weight_hh_l0=np.zeros((5, 2))), "G = 1, 3 or 4"),
+    (lambda sd: sd.clear(), "empty"),
+])
+def test_bad_state_dicts(change, message):
+    sd = _state("lstm", 2, 2)
+    change(sd)
+    with pytest.raises(ValueError, match=message):
+        fastbptt.from_torch(sd)
+
+
+def test_bad_heads_and_kinds():
+    sd = _state()
+    with pytest.raises(ValueError, match="nn.Linear's"):
+        fastbptt.from_torch(sd, {"weight": np.zeros((C, H)), "extra": np.zeros(1)})
+    with pytest.raises(ValueError, match=r"weight must have shape \(4, 2\)"):
+        fastbptt.from_torch(sd, {"weight": np.zeros((C, 3))})
+    with pytest.raises(ValueError, match=r"bias must have shape \(4,\)"):
+        fastbptt.from_torch(sd, {"weight": np.zeros((C, H)), "bias": np.zeros(3)})
+    with pytest.raises(TypeError, match="state dict"):
+        fastbptt.from_torch([("weight_ih_l0", np.zeros((2, 3)))])
+    with pytest.raises(TypeError, match="pass dtype"):
+        fastbptt.from_torch({**sd, "weight_ih_l0": sd["weight_ih_l0"].astype(np.float32)})
+    with pytest.raises(TypeError, match="must hold floats"):
+        fastbptt.from_torch({**sd, "weight_ih_l0": np.zeros((2, 3), int)})
+    with pytest.raises(TypeError, match="Params, Layer or Model"):
+        fastbptt.to_torch([np.zeros((2, 3)), np.zeros((2, 2))])
+    with pytest.raises(ValueError, match="W"):
+        fastbptt.to_torch(fastbptt.Layer(np.zeros((2, 3)), np.zeros((3, 3))))
+
+
+def test_import_does_not_import_torch():
+    code = "import sys, fastbptt; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

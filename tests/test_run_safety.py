@@ -1,0 +1,247 @@
+"""A training run never loses its work: a diverging step, an error inside the loop or a
+closed output saves the last good state and ends with one line and status 1; a corpus is
+recognised by its content; a resumed run may lower its learning rate or add clipping."""
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from cli_processes import SMALL, finish, read_until, start, write_corpus
+from fastbptt import checkpoint
+from fastbptt.cli import main
+from fastbptt.text import Codec
+from fastbptt.train import Diverged, TrainOptions, Trainer
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return write_corpus(tmp_path)
+
+
+def train(corpus, ckpt, *more):
+    return ["train", str(corpus), *SMALL, "--sample-every", "0", "--checkpoint", str(ckpt),
+            *more]
+
+
+def stderr_line(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def same_run(a, b):
+    assert a.step == b.step and a.batcher == b.batcher and a.rng_state == b.rng_state
+    for x, y in zip(a.params, b.params):
+        np.testing.assert_array_equal(x, y)
+    assert a.optimizer.keys() == b.optimizer.keys()
+    for key in a.optimizer:
+        np.testing.assert_array_equal(a.optimizer[key], b.optimizer[key])
+    np.testing.assert_array_equal(a.hidden, b.hidden)
+    np.testing.assert_array_equal(a.history["loss"], b.history["loss"])
+
+
+@pytest.mark.parametrize("what", ["gradient", "loss"])
+def test_divergence_saves_the_state_before_the_failing_step(corpus, tmp_path, capsys,
+                                                            monkeypatch, what):
+    """Step 4's gradients (or loss) turn NaN: the checkpoint is the state after step 3,
+    bit for bit that of a run stopped there."""
+    import fastbptt.train as training
+
+    real_bptt, calls = training.bptt, []
+
+    def nan_at_step_4(*args, **kwargs):
+        out = real_bptt(*args, **kwargs)
+        calls.append(1)
+        if len(calls) == 5:                       # the warm-up call, then steps 1-4
+            if what == "loss":
+                out = out._replace(loss=float("nan"))
+            else:
+                out.grads.W[0, 0] = np.nan
+        return out
+    straight = tmp_path / "straight.npz"
+    assert main(train(corpus, straight, "--steps", "3", "--lr-horizon", "10")) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(training, "bptt", nan_at_step_4)
+    diverged = tmp_path / "diverged.npz"
+    assert main(train(corpus, diverged, "--steps", "10", "--lr-horizon", "10")) == 1
+    line = stderr_line(capsys)
+    norm = "gradient norm" if what == "gradient" else "loss"
+    assert line.startswith(f"fastbptt train: the run diverged: step 4's {norm} is nan, so "
+                           f"that step was not applied; the state before it is saved in "
+                           f"{diverged}"), line
+    assert "lower learning rate or gradient clipping" in line and "--clip-norm 1" in line
+    assert "check_finite" not in line
+    same_run(checkpoint.load(diverged), checkpoint.load(straight))
+
+
+def test_a_diverging_process_exits_1_with_one_line_and_resumes_with_a_lower_lr(corpus):
+    folder = corpus.parent
+    args = ["train", corpus.name, *SMALL, "--sample-every", "0", "--optimizer", "sgd",
+            "--lr", "1e6", "--activation", "identity", "--clip-value", "0", "--steps", "50",
+            "--checkpoint", "div.npz"]
+    outcome = finish(start(args, folder))
+    assert outcome.status == 1, outcome
+    line = outcome.one_line("fastbptt train: the run diverged: step ")
+    step = int(line.split("step ")[1].split("'")[0])
+    assert checkpoint.load(folder / "div.npz").step == step - 1
+    again = finish(start(["train", *SMALL, "--sample-every", "0", "--checkpoint", "div.npz",
+                          "--resume", "--lr", "1e-4", "--clip-norm", "1",
+                          "--steps", str(step + 1)], folder))
+    assert "--lr changed from 1e+06 to 0.0001; --clip-norm changed from off to 1" in again.out
+    saved = checkpoint.load(folder / "div.npz")
+    assert saved.options["lr"] == 1e-4 and saved.options["clip_norm"] == 1.0
+
+
+def test_an_update_that_overflows_the_weights_saves_nothing_over_the_last_checkpoint(
+        corpus, tmp_path, capsys, monkeypatch):
+    """Finite gradients times a learning rate near float32's largest value: the update of
+    step 3 turns weights into inf."""
+    from fastbptt.optim import SGD
+
+    ckpt = tmp_path / "big-lr.npz"
+    assert main(train(corpus, ckpt, "--steps", "2", "--optimizer", "sgd", "--lr-decay",
+                      "none")) == 0
+    before = ckpt.read_bytes()
+    capsys.readouterr()
+    real = SGD._update
+
+    def amplified(self, name, p, g):              # gradients of 10 in every entry
+        real(self, name, p, np.full_like(g, 10.0))
+    monkeypatch.setattr(SGD, "_update", amplified)
+    assert main(train(corpus, ckpt, "--steps", "4", "--resume", "--lr", "3e38")) == 1
+    line = stderr_line(capsys)
+    assert "the update of step 3 made the weights overflow" in line
+    assert f"nothing was saved over {ckpt}" in line
+    assert ckpt.read_bytes() == before
+
+
+def test_a_failed_sample_saves_the_run_and_resume_continues(corpus, tmp_path, capsys,
+                                                            monkeypatch):
+    ckpt = tmp_path / "sample.npz"
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("the sampler broke")
+    monkeypatch.setattr(Trainer, "sample", broken)
+    args = ["train", str(corpus), *SMALL, "--sample-every", "3", "--checkpoint", str(ckpt)]
+    assert main(args + ["--steps", "9"]) == 1
+    line = stderr_line(capsys)
+    assert line == (f"fastbptt train: the sampler broke after step 3; the state after that "
+                    f"step is saved in {ckpt}, and `fastbptt train --resume --checkpoint "
+                    f"{ckpt}` continues from it")
+    assert checkpoint.load(ckpt).step == 3
+    monkeypatch.undo()
+    assert main(args + ["--steps", "5", "--resume"]) == 0
+    assert checkpoint.load(ckpt).step == 5
+
+
+def test_an_error_whose_save_fails_says_both(corpus, tmp_path, capsys, monkeypatch):
+    ckpt = tmp_path / "both.npz"
+    calls = []
+
+    def fail_at_step_2(self):
+        calls.append(1)
+        if len(calls) == 2:
+            monkeypatch.setattr(np, "savez", disk_full)
+            raise MemoryError("Unable to allocate 4 GiB")
+        return real(self)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    real = Trainer.train_step
+    monkeypatch.setattr(Trainer, "train_step", fail_at_step_2)
+    assert main(train(corpus, ckpt, "--steps", "5")) == 1
+    line = stderr_line(capsys)
+    assert line == ("fastbptt train: out of memory (Unable to allocate 4 GiB) after step 1, "
+                    f"and could not write the checkpoint {ckpt} (No space left on device); "
+                    "a checkpoint already there is unchanged")
+    assert not ckpt.exists() and os.listdir(tmp_path) == ["tiny.txt"]
+
+
+def test_a_closed_stdout_saves_the_run_and_exits_1(corpus):
+    folder = corpus.parent
+    args = ["train", corpus.name, *SMALL, "--sample-every", "1", "--sample-chars", "20",
+            "--time", "60", "--checkpoint", "pipe.npz"]
+    proc = start(args, folder)
+    read_until(proc, "training for 60 s")
+    proc.stdout.close()                                  # the reader goes away
+    err = proc.stderr.read()
+    proc.stderr.close()
+    proc.wait(timeout=60)
+    assert proc.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("fastbptt train: the output was closed before it was all "
+                               "written (broken pipe) after step "), err
+    step = int(lines[0].split("after step ")[1].split(";")[0])
+    assert checkpoint.load(folder / "pipe.npz").step == step
+
+
+def test_a_moved_project_resumes_by_content(tmp_path, capsys):
+    project = tmp_path / "project"
+    project.mkdir()
+    write_corpus(project, "notes.txt")
+    ckpt = project / "run.npz"
+    assert main(train(project / "notes.txt", ckpt, "--steps", "2")) == 0
+    moved = tmp_path / "renamed-project"
+    shutil.move(project, moved)
+    capsys.readouterr()
+    # no files named: found beside the checkpoint, as they were saved relative to it
+    assert main(["train", *SMALL, "--sample-every", "0", "--checkpoint",
+                 str(moved / "run.npz"), "--resume", "--steps", "3"]) == 0
+    assert "corpus: notes.txt" in capsys.readouterr().out
+    # a renamed file with the same text
+    (moved / "notes.txt").rename(moved / "renamed.txt")
+    assert main(train(moved / "renamed.txt", moved / "run.npz", "--resume", "--steps",
+                      "4")) == 0
+    assert checkpoint.load(moved / "run.npz").options["files"] == [str(moved / "renamed.txt")]
+    capsys.readouterr()
+    # other text is refused, naming the fix
+    (moved / "other.txt").write_text("something else entirely, " * 40)
+    assert main(train(moved / "other.txt", moved / "run.npz", "--resume", "--steps",
+                      "5")) == 1
+    assert "differs from the text" in stderr_line(capsys)
+    (moved / "renamed.txt").rename(moved / "gone.txt")
+    assert main(["train", *SMALL, "--checkpoint", str(moved / "run.npz"), "--resume",
+                 "--steps", "5"]) == 1
+    assert "cannot find the text" in stderr_line(capsys)
+
+
+def test_a_checkpoint_without_relative_paths_still_resumes_from_named_files(tmp_path,
+                                                                            capsys):
+    """Checkpoints written before the relative paths were saved: resumed where the
+    files are, or from files named on the command line."""
+    corpus = write_corpus(tmp_path)
+    ckpt = tmp_path / "old.npz"
+    assert main(train(corpus, ckpt, "--steps", "2")) == 0
+    ck = checkpoint.load(ckpt)
+    del ck.options["files_relative"]
+    checkpoint.save(ckpt, ck)
+    assert main(["train", *SMALL, "--checkpoint", str(ckpt), "--resume", "--steps", "3",
+                 "--sample-every", "0"]) == 0
+    corpus.rename(tmp_path / "moved.txt")
+    capsys.readouterr()
+    assert main(["train", *SMALL, "--checkpoint", str(ckpt), "--resume", "--steps", "4"]) == 1
+    assert "name its files: fastbptt train FILE... --resume" in stderr_line(capsys)
+    assert main(train(tmp_path / "moved.txt", ckpt, "--resume", "--steps", "4")) == 0
+
+
+def test_a_diverging_step_changes_nothing_in_the_trainer():
+    text = "abcdefgh" * 40
+    codec = Codec.from_text(text)
+    options = TrainOptions(hidden=5, seq_length=4, batch=2, activation="identity")
+    t = Trainer(options, codec.encode(text), codec)
+    t.train_step()
+    t.params.W[...] = 1e30                    # finite, but the states overflow
+    params = [p.copy() for p in t.params]
+    position, h, state = t.batcher.state_dict(), t.h.copy(), t.optimizer.state_dict()
+    with pytest.raises(Diverged, match="step 2's loss is"):
+        t.train_step()
+    assert t.batcher.state_dict() == position and t.step == 1 and t.consistent
+    np.testing.assert_array_equal(t.h, h)
+    after = t.optimizer.state_dict()
+    assert after.keys() == state.keys() and after["t"] == state["t"] == 1
+    for key in state:
+        np.testing.assert_array_equal(after[key], state[key])
+    for p, q in zip(t.params, params):
+        np.testing.assert_array_equal(p, q)

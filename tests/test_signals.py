@@ -1,0 +1,164 @@
+"""SIGINT, SIGTERM and SIGHUP sent to real processes: exit statuses 130, 143 and 129, one
+line or none on stderr, never a traceback, and a checkpoint that is whole whenever one
+was due: during training (saved), during compilation (nothing to save), during the final
+evaluation (already saved), and a stream of signals during the save."""
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from cli_processes import SMALL, finish, read_until, start, word_corpus, write_corpus
+from fastbptt import checkpoint
+
+STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    here = tmp_path_factory.mktemp("signals")
+    write_corpus(here)
+    word_corpus(here, 300_000)
+    made = finish(start(["train", "tiny.txt", *SMALL, "--steps", "2", "--sample-every", "0",
+                         "--checkpoint", "resumable.npz"], here))   # and warms the cache
+    assert made.status == 0, made
+    return here
+
+
+def interrupt(args, folder, marker, signum, line, **env):
+    """Start ``args``, send ``signum`` once stdout shows ``marker``; the outcome, whose
+    status is the signal's and whose stderr is ``line`` alone."""
+    proc = start(args, folder, **env)
+    if marker:
+        read_until(proc, marker)
+    else:
+        time.sleep(1.0)
+    proc.send_signal(signum)
+    outcome = finish(proc)
+    assert outcome.status == STATUS[signum], outcome
+    assert outcome.one_line(line.split(":")[0]) == line
+    return outcome
+
+
+def no_traceback(outcome):
+    assert "Traceback" not in outcome.out + outcome.err, outcome
+    assert len(outcome.err.strip().splitlines()) <= 1, outcome
+
+
+def test_each_signal_during_training_saves_and_exits_with_its_status(folder):
+    runs = {}
+    for signum in STATUS:
+        ckpt = f"loop-{signum.name}.npz"
+        args = ["train", "tiny.txt", *SMALL, "--time", "60", "--sample-every", "0",
+                "--checkpoint", ckpt]
+        runs[signum] = (start(args, folder), ckpt)
+    for signum, (proc, _) in runs.items():
+        read_until(proc, "training for 60 s")
+    time.sleep(0.3)                                      # some steps
+    for signum, (proc, _) in runs.items():
+        proc.send_signal(signum)
+    for signum, (proc, ckpt) in runs.items():
+        outcome = finish(proc)
+        assert outcome.status == STATUS[signum], outcome
+        no_traceback(outcome)
+        assert outcome.err == "", outcome
+        assert f"({signum.name}) after" in outcome.out, outcome
+        step = int(outcome.out.split("interrupted at step ")[1].split()[0])
+        assert step >= 1 and checkpoint.load(folder / ckpt).step == step
+
+
+@pytest.mark.parametrize("signum,resume", [
+    pytest.param(signal.SIGINT, False, id="SIGINT"),
+    pytest.param(signal.SIGTERM, False, id="SIGTERM"),
+    pytest.param(signal.SIGHUP, True, id="SIGHUP-resumed")])
+def test_a_signal_during_compilation_exits_cleanly(folder, signum, resume):
+    """With Numba's cache off the warm-up call compiles for seconds: the signal comes
+    then, and the run stops without saving (a resumed run's checkpoint is unchanged)."""
+    ckpt = folder / ("resumable.npz" if resume else f"compile-{signum.name}.npz")
+    before = ckpt.read_bytes() if resume else None
+    args = ["train", "tiny.txt", *SMALL, "--steps", "5", "--checkpoint", ckpt.name]
+    outcome = interrupt(args + ["--resume"] * resume, folder, "model:", signum,
+                        f"fastbptt train: interrupted by {signum.name} before training "
+                        "started; nothing was saved", FASTBPTT_CACHE="0")
+    assert "training" not in outcome.out
+    if resume:
+        assert ckpt.read_bytes() == before
+    else:
+        assert not ckpt.exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+def test_a_signal_during_the_final_evaluation_exits_cleanly(folder, signum):
+    ckpt = f"final-{signum.name}.npz"
+    args = ["train", "words.txt", "--hidden", "128", "--seq-length", "8", "--batch", "2",
+            "--no-progress", "--steps", "2", "--val-fraction", "0.5", "--checkpoint", ckpt]
+    outcome = interrupt(args, folder, "trained 2 steps", signum,
+                        f"fastbptt train: interrupted by {signum.name} after step 2; the "
+                        f"checkpoint {ckpt} is saved")
+    assert "validation loss" not in outcome.out
+    assert checkpoint.load(folder / ckpt).step == 2
+
+
+def test_a_stream_of_signals_does_not_cut_the_save_short(folder):
+    """SIGTERM, then SIGINT and SIGHUP every millisecond through the save of a 27 MB
+    checkpoint until the process ends: it ends with SIGTERM's status and a whole file.
+    (Python runs the handlers of signals pending together in the order of their numbers,
+    so the stream starts once SIGTERM has had time to be handled.)"""
+    ckpt = folder / "stream.npz"
+    args = ["train", "tiny.txt", "--hidden", "1500", "--seq-length", "4", "--batch", "1",
+            "--no-progress", "--time", "60", "--sample-every", "0", "--checkpoint",
+            ckpt.name]
+    proc = start(args, folder)
+    read_until(proc, "training for 60 s")
+    time.sleep(0.2)                                      # some steps
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.05)
+    sent = 0
+    while proc.poll() is None and sent < 5000:
+        try:
+            proc.send_signal((signal.SIGINT, signal.SIGHUP)[sent % 2])
+        except ProcessLookupError:
+            break
+        sent += 1
+        time.sleep(0.001)
+    outcome = finish(proc)
+    assert outcome.status == 143, outcome
+    no_traceback(outcome)
+    saved = checkpoint.load(ckpt)
+    assert saved.step >= 1 and saved.params.W.shape == (1500, 1500)
+    assert sent >= 5, sent
+    assert not [name for name in os.listdir(folder) if name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("command,signum,marker", [
+    pytest.param(["sample", "resumable.npz", "--chars", "100000000", "--seed", "0"],
+                 signal.SIGTERM, None, id="sample-SIGTERM"),
+    pytest.param(["demo", "--steps", "20", "--repeat", "1000000000"], signal.SIGINT,
+                 "first call", id="demo-SIGINT"),
+])
+def test_other_commands_exit_on_a_signal_with_one_line(folder, command, signum, marker):
+    interrupt(command, folder, marker, signum,
+              f"fastbptt {command[0]}: interrupted by {signum.name}")
+
+
+def test_a_signal_during_an_in_process_save_is_held_until_it_is_written(folder, tmp_path,
+                                                                         monkeypatch):
+    """Deterministic: SIGINT and SIGTERM arrive while np.savez writes the final
+    checkpoint; the file is whole and the status is the first signal's."""
+    from fastbptt.cli import main
+
+    real = np.savez
+
+    def interrupted_savez(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(np, "savez", interrupted_savez)
+    before = [signal.getsignal(signum) for signum in STATUS]
+    ckpt = tmp_path / "held.npz"
+    status = main(["train", str(folder / "tiny.txt"), *SMALL, "--steps", "3",
+                   "--sample-every", "0", "--checkpoint", str(ckpt)])
+    assert status == 130
+    assert checkpoint.load(ckpt).step == 3
+    assert [signal.getsignal(signum) for signum in STATUS] == before   # given back
