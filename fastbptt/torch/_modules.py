@@ -31,8 +31,8 @@ FLOATS = (torch.float32, torch.float64)
 
 def _check_truncation(module):
     """Validate ``truncate`` and ``stride`` for this module's layers and directions."""
-    check_truncation(module.truncate, module.stride, reverse=module.bidirectional,
-                     layers=module.num_layers)
+    check_truncation(module.truncate, module.stride, layers=module.num_layers,
+                     directions=2 if module.bidirectional else 1)
 
 
 def _check_tensors(module, tensors):
