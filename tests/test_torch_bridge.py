@@ -289,6 +289,18 @@ def test_refusals():
         torch.autograd.grad(bridge(x)[0].sum(), x, create_graph=True)
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 2), (1, 4, 1)], ids=["T1", "L1"])
+def test_input_gradient_outlives_later_calls(shape):
+    """A gradient stays as it was when later calls run (for one sequence of one step, or
+    of one feature, the layer API's dx is a view of memory that its next call reuses)."""
+    _, bridge = modules("elman", input_size=shape[2], hidden_size=3, batch_first=True)
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    bridge(x)[0].sum().backward()
+    kept = x.grad.clone()
+    bridge(3 * torch.randn(shape, dtype=torch.float64, requires_grad=True))[0].sum().backward()
+    assert torch.equal(x.grad, kept)
+
+
 def test_no_grad_keeps_nothing():
     _, bridge = modules("elman", input_size=2, hidden_size=3)
     with torch.no_grad():
