@@ -106,6 +106,15 @@ def test_unbatched(cell, batch_first):
         assert a.shape == b.shape and relative(a, b) <= TOLERANCE
 
 
+def test_relu_rnn():
+    native, bridge = modules("elman", input_size=3, hidden_size=4, num_layers=2,
+                             bidirectional=True, nonlinearity="relu")
+    x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
+    got, want = run(bridge, [x], []), run(native, [x], [])
+    for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        assert relative(a, b) <= TOLERANCE
+
+
 @pytest.mark.parametrize("cell", CELLS)
 @pytest.mark.parametrize("layout", ["time-major", "batch-first", "packed", "unbatched"])
 def test_token_ids_are_one_hot_inputs(cell, layout):
