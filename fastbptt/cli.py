@@ -3,8 +3,9 @@
 ``fastbptt demo`` runs the source documents' example through the kernels and through the
 NumPy reference, and prints how well they agree and how much faster the kernels are.
 ``fastbptt bench`` times the workloads (W1-W5, stacks S1-S3, gated cells G1-G5) against the
-documents' loop, PyTorch and JAX (when installed); measure with ``env -u OPENBLAS_CORETYPE
--u OPENBLAS_L2_SIZE``.
+documents' loop, PyTorch and JAX (when installed), and with ``--torch``/``--jax`` training
+steps through the bridges (T1-T5); measure with ``env -u OPENBLAS_CORETYPE -u
+OPENBLAS_L2_SIZE``.
 ``fastbptt train [TEXT_FILE ...]`` trains a character model (on the standard library's own
 source when no file is given) and ``fastbptt sample CHECKPOINT`` prints text from one.
 """
@@ -79,6 +80,16 @@ def bench(args):
         _preflight.plot_file(args.plot)
     if args.json:
         _preflight.output_file(args.json, "--json")
+    if args.torch or args.jax:
+        from .bench import bridge_steps
+
+        names = [n for f in ("torch", "jax") if getattr(args, f)
+                 for n in bridge_steps.FRAMEWORKS[f]]
+        results = bridge_steps.run(names, threads=args.threads, repeat=args.repeat,
+                                   progress=lambda text: print(text, file=sys.stderr))
+        print(bridge_steps.table(results, args.threads))
+        if not args.workloads:
+            return 0
     result = runner.run(names=args.workloads or DEFAULT, threads=args.threads,
                         repeat=args.repeat, with_peers=not args.no_peers,
                         reference=args.reference, startup=args.startup)
@@ -295,6 +306,12 @@ def build_parser():
     b.add_argument("--plot", metavar="FILE.png",
                    help="bar chart of the speed ratios (needs matplotlib)")
     b.add_argument("--json", metavar="FILE", help="write every measurement as JSON")
+    b.add_argument("--torch", action="store_true",
+                   help="time training steps through fastbptt.torch against PyTorch's own "
+                        "modules (T1-T3) instead of the workloads (add --workloads for both)")
+    b.add_argument("--jax", action="store_true",
+                   help="time jit(value_and_grad) through fastbptt.jax against lax.scan "
+                        "layers (T4, T5) instead of the workloads (add --workloads for both)")
     b.set_defaults(run=bench)
     _add_train(commands)
     parser.commands = commands.choices          # name -> its parser

@@ -1,0 +1,43 @@
+"""T1-T5: training steps through fastbptt.torch and fastbptt.jax against the native layer
+of the same framework (`fastbptt.bench.bridge_steps`), grouped by step.
+
+Each case warms up (the first call compiles, traces or loads a cache), checks that the
+first-step losses of the two sides agree, then times one step per round. Where fastbptt
+cannot run a cell yet, its side is skipped and the native side still timed.
+"""
+import functools
+
+import pytest
+
+from fastbptt.bench.bridge_steps import STEPS, make, unavailable
+
+SIDES = ("native", "fastbptt")
+
+
+@functools.lru_cache(maxsize=None)
+def prepared(name):
+    step = STEPS[name]
+    reason = unavailable(step)
+    if reason:
+        pytest.skip(f"{step.framework}: {reason}")
+    calls, note, _, _ = make(step)
+    first = {"native": calls["native"]()}
+    try:
+        first["fastbptt"] = calls["fastbptt"]()
+    except NotImplementedError as error:
+        first["fastbptt"] = error
+    return calls, note, first
+
+
+@pytest.mark.parametrize("name, side", [(n, s) for n in STEPS for s in SIDES],
+                         ids=[f"{n}-{s}" for n in STEPS for s in SIDES])
+def test_step(benchmark, name, side):
+    calls, note, first = prepared(name)
+    if isinstance(first["fastbptt"], NotImplementedError):
+        if side == "fastbptt":
+            pytest.skip(f"fastbptt cannot run {name} yet ({first['fastbptt']})")
+    else:
+        assert first["fastbptt"] == pytest.approx(first["native"], rel=1e-4)
+    benchmark.group = f"{name}: {STEPS[name].what}"
+    benchmark.extra_info.update(step=name, side=side, note=note)
+    benchmark(calls[side])

@@ -1,0 +1,242 @@
+"""T1-T5: training steps through the PyTorch and JAX bridges against the same framework's
+native layer, in one process, same weights (``fastbptt bench --torch`` / ``--jax``).
+
+- T1-T3 (`torch_steps`): forward, summed cross-entropy, backward and Adam, with
+  ``nn.RNN``/``nn.LSTM``/``nn.GRU`` against ``fastbptt.torch``'s module, on token ids
+  (one-hot vectors for the native module); T1e is T1 with ``nn.Embedding`` in front of
+  both, so that both modules take the same dense input.
+- T4 (`jax_steps`): ``jit(value_and_grad)`` with ``fastbptt.jax.lstm`` against a
+  ``lax.scan`` LSTM. T5, not in the issue's table, is the same with the Elman cell at T1's
+  sizes: the JAX bridge's figures while the gated kernels are not built.
+
+The native and the fastbptt step are timed in turns, one call each per round, so that
+load from other processes falls on both alike; medians are reported. The bridge's own
+cost is the time a layer's forward and backward through the bridge spends outside
+`fastbptt.layer`'s calls (`own_cost`). The first step of each is compared (loss within
+1e-4 relative) before timing. Where fastbptt cannot run a cell yet (NotImplementedError),
+the native step is timed alone.
+"""
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from typing import NamedTuple, Optional
+
+__all__ = ["Step", "STEPS", "FRAMEWORKS", "make", "unavailable", "measure_turns", "own_cost",
+           "run", "table"]
+
+
+class Step(NamedTuple):
+    name: str
+    workload: str               # the sizes: B, T, L, H, C of this workload
+    framework: str              # "torch" or "jax"
+    inputs: str                 # "ids" or "embedding" (`torch_steps`)
+    target: Optional[float]     # native time / fastbptt time the issue asks for
+    what: str
+
+
+STEPS = {s.name: s for s in [
+    Step("T1", "W3", "torch", "ids", 2.0, "fastbptt.torch.RNN training step vs nn.RNN"),
+    Step("T1e", "W3", "torch", "embedding", 2.0, "the same with nn.Embedding in front"),
+    Step("T2", "G1", "torch", "ids", 1.3, "fastbptt.torch.LSTM training step vs nn.LSTM"),
+    Step("T3", "G2", "torch", "ids", 1.4, "fastbptt.torch.GRU training step vs nn.GRU"),
+    Step("T4", "G1", "jax", "ids", 1.5,
+         "fastbptt.jax.lstm in jit(value_and_grad) vs lax.scan LSTM"),
+    Step("T5", "W3", "jax", "ids", None,
+         "fastbptt.jax.rnn in jit(value_and_grad) vs lax.scan Elman"),
+]}
+FRAMEWORKS = {"torch": ("T1", "T1e", "T2", "T3"), "jax": ("T4", "T5")}
+
+
+def make(step, threads=1):
+    """``(calls, note)`` of a step: {"native": ..., "fastbptt": ..., parts...}."""
+    if step.framework == "torch":
+        from .torch_steps import make as make_torch
+        return make_torch(step, threads)
+    from .jax_steps import make as make_jax
+    return make_jax(step, threads)
+
+
+def measure_turns(calls, repeat=30, budget=6.0, warmup=2):
+    """{name: [seconds, ...]}: ``warmup`` untimed rounds, then rounds of one call each,
+    up to ``repeat`` rounds or about ``budget`` seconds (at least 3)."""
+    for _ in range(warmup):
+        for fn in calls.values():
+            fn()
+    times = {name: [] for name in calls}
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start, rounds = time.perf_counter(), 0
+        while rounds < repeat and (rounds < 3 or time.perf_counter() - start < budget):
+            for name, fn in calls.items():
+                t = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - t)
+            rounds += 1
+    finally:
+        if enabled:
+            gc.enable()
+    return times
+
+
+class _Timed:
+    """Stands in for `fastbptt.layer` where a bridge calls it, adding up the seconds spent
+    in ``forward``, ``vjp`` and the ``back`` it returns."""
+
+    def __init__(self, layer):
+        self.layer, self.seconds = layer, {"forward": 0.0, "vjp": 0.0, "back": 0.0}
+        self.calls = {"forward": 0, "vjp": 0, "back": 0}
+
+    def _timed(self, name, fn):
+        def call(*args, **kwargs):
+            self.calls[name] += 1
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - start
+        return call
+
+    def forward(self, *args, **kwargs):
+        return self._timed("forward", self.layer.forward)(*args, **kwargs)
+
+    def vjp(self, *args, **kwargs):
+        out, back = self._timed("vjp", self.layer.vjp)(*args, **kwargs)
+        return out, self._timed("back", back)
+
+
+def own_cost(layer, owner, repeat=30):
+    """Medians over ``repeat`` calls of ``layer()`` (a bridge's layer, forward and
+    backward): {"total", "fastbptt" (inside `fastbptt.layer`'s calls), "own" (the rest:
+    the bridge's conversions and its framework's bookkeeping)}, in seconds, and "vjp
+    calls" per call (2 where a backward pass ran the forward pass again). ``owner`` is
+    the bridge module whose ``_layer`` is `fastbptt.layer`; it is restored afterwards."""
+    original = owner._layer
+    rows = []
+    try:
+        for i in range(repeat + 2):
+            timed = owner._layer = _Timed(original)
+            start = time.perf_counter()
+            layer()
+            total = time.perf_counter() - start
+            inside = sum(timed.seconds.values())
+            if i >= 2:                                         # two warm-up calls
+                rows.append((total, inside, total - inside, timed.calls["vjp"]))
+    finally:
+        owner._layer = original
+    return {key: statistics.median(column)
+            for key, column in zip(("total", "fastbptt", "own", "vjp calls"), zip(*rows))}
+
+
+class Result(NamedTuple):
+    step: Step
+    medians: dict               # "native", "fastbptt" -> seconds per step
+    cost: Optional[dict]        # `own_cost` of the bridge's layer, or None
+    losses: tuple               # first-step losses (native, fastbptt), or (native, None)
+    note: str
+    skipped: str = ""           # why fastbptt was not timed
+
+
+def unavailable(step, threads=1):
+    """Why the step's framework cannot run here, or None."""
+    if step.framework == "torch":
+        from .torch_peer import unavailable as torch_unavailable
+        return torch_unavailable()
+    from .jax_peer import unavailable as jax_unavailable
+    return jax_unavailable(threads)
+
+
+def run_step(step, threads=1, repeat=30, budget=6.0):
+    reason = unavailable(step, threads)
+    if reason:
+        return Result(step, {}, None, (None, None), "", f"{step.framework}: {reason}")
+    calls, note, layer, owner = make(step, threads)
+    native = calls["native"]()
+    skipped, ours, cost = "", None, None
+    try:
+        ours = calls["fastbptt"]()
+    except NotImplementedError as error:
+        skipped = f"fastbptt cannot run it yet ({error})"
+        calls = {"native": calls["native"]}
+    if ours is not None and abs(ours - native) > 1e-4 * abs(native):
+        raise AssertionError(f"{step.name}: first-step loss {ours} (fastbptt) vs {native} "
+                             "(native) differ by more than 1e-4 relative")
+    times = measure_turns(calls, repeat, budget)
+    if ours is not None:
+        cost = own_cost(layer, owner, repeat)
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    return Result(step, medians, cost, (native, ours), note, skipped)
+
+
+def run(names, threads=1, repeat=30, budget=6.0, progress=print):
+    from .peers import set_threads
+
+    set_threads(threads)
+    results = []
+    for name in names:
+        progress(f"{name}: {STEPS[name].what} ...")
+        results.append(run_step(STEPS[name], threads, repeat, budget))
+    return results
+
+
+def _ms(seconds):
+    return f"{seconds * 1e3:.2f}"
+
+
+def table(results, threads=1):
+    """The steps' table, the bridge's own cost per step, and the machine."""
+    rows = [["step", "native ms", "fastbptt ms", "speed-up", "target", "what"]]
+    notes = []
+    for r in results:
+        m, s = r.medians, r.step
+        ours = m.get("fastbptt")
+        rows.append([s.name, _ms(m["native"]) if m else "n/a",
+                     "n/a" if ours is None else _ms(ours),
+                     "-" if ours is None else f"{m['native'] / ours:.2f}x",
+                     "-" if s.target is None else f"{s.target:.1f}x", s.what])
+        notes.append(f"{s.name}: {r.note}")
+        if r.skipped:
+            notes.append(f"  {r.skipped}")
+            continue
+        notes += ["  " + line for line in _parts(r)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(wd) if i in (0, 5) else c.rjust(wd)
+                       for i, (c, wd) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    return "\n".join(lines + ["", "speed-up: native median / fastbptt median, timed in turns "
+                              "in this process"] + notes + [""] + _machine(threads))
+
+
+def _machine(threads):
+    import datetime
+    import shlex
+    import sys
+
+    from .timing import machine_info, openblas_warnings
+
+    m = machine_info()
+    versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
+    env = ", ".join(f"{k}={v}" if v is not None else f"{k} unset"
+                    for k, v in m["environment"].items() if k.startswith("OPENBLAS"))
+    return [f"CPU: {m['cpu']} ({m['cpus']} CPUs; {' '.join(m['cpu_flags'])}); {threads} "
+            f"thread(s) for every implementation",
+            f"versions: python {m['python']}, {versions}",
+            f"environment: {env}",
+            f"date: {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
+            f"command: fastbptt {shlex.join(sys.argv[1:])}"] + openblas_warnings()
+
+
+def _parts(r):
+    step, c = r.medians["fastbptt"], r.cost
+
+    def share(seconds):
+        return f"{_ms(seconds)} ms, {100 * seconds / step:.1f}% of the fastbptt step"
+
+    lines = [f"bridge's own cost: {share(c['own'])} (the layer's forward and backward "
+             f"through the bridge took {_ms(c['total'])} ms, {_ms(c['fastbptt'])} ms of it "
+             "inside fastbptt.layer)"]
+    if c["vjp calls"] != 1:
+        lines.append(f"fastbptt.layer.vjp ran {c['vjp calls']:g} times per forward and "
+                     "backward: the backward pass ran the forward pass again")
+    return lines

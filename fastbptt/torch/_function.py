@@ -1,0 +1,126 @@
+"""One call of `fastbptt.layer` on a run of a module's layers, as a ``torch.autograd.Function``.
+
+`run` takes batch-first input x (B, T, F), the initial states of those layers (S, B, H)
+or None, and their parameters in the module's order (``weight_ih``, ``weight_hh``,
+``bias_ih``, ``bias_hh`` per layer and direction, forward before reverse); it returns
+(output (B, T, H D), h_n, c_n or None). With gradients needed, the forward pass keeps
+`fastbptt.layer.vjp`'s ``back`` and the backward pass calls it; without, it calls
+`fastbptt.layer.forward`, which keeps nothing.
+
+Tensors reach NumPy with ``.detach().numpy()``, which shares their memory; fastbptt reads
+contiguous float arrays of its dtype in place and copies the others (it always copies
+x into its own layout and h0 into its states). Its results are new arrays, wrapped with
+``torch.from_numpy`` without a copy. Elman and LSTM act through b = bias_ih + bias_hh
+(a new array of G H numbers) and both biases receive its gradient (the second a copy, so
+that no two parameters share a ``.grad``); a GRU keeps them apart (SPEC.md §6).
+
+NaN and inf are not checked (``check_finite=False``): they propagate, as in PyTorch's own
+modules.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from .. import layer as _layer
+from ..params import Layer, Model
+
+
+class Config(NamedTuple):
+    """What one call needs besides tensors."""
+
+    cell: str                        # "elman", "gru" or "lstm"
+    activation: str                  # Elman's "tanh" or "relu"
+    num_layers: int                  # layers in this call
+    directions: int
+    bias: bool
+    lengths: Optional[np.ndarray]    # (B,) int64, or None: every step is real
+    truncate: Optional[int]
+    stride: int
+
+
+def _numpy(tensor):
+    return None if tensor is None else tensor.detach().numpy()
+
+
+def _tensor(array):
+    return None if array is None else torch.from_numpy(array)
+
+
+def _model(cfg, weights):
+    """The `Model` of a run of layers from their parameters (module order)."""
+    arrays = [w.detach().numpy() for w in weights]
+    per = 4 if cfg.bias else 2
+    layers = []
+    for l in range(cfg.num_layers):
+        row = []
+        for d in range(cfg.directions):
+            U, W, *biases = arrays[(l * cfg.directions + d) * per:][:per]
+            if not biases:
+                row.append(Layer(U, W))
+            elif cfg.cell == "gru":
+                row.append(Layer(U, W, biases[0], biases[1]))
+            else:
+                row.append(Layer(U, W, biases[0] + biases[1]))
+        layers.append(tuple(row))
+    return Model(tuple(layers))
+
+
+def _weight_grads(cfg, grads):
+    """The gradients of `_model`'s parameters, in the module's order, as tensors."""
+    out = []
+    for row in grads.layers:
+        for g in row:
+            out += [g.U, g.W]
+            if cfg.bias:
+                out += [g.b, g.bh] if cfg.cell == "gru" else [g.b, g.b.copy()]
+    return [torch.from_numpy(a) for a in out]
+
+
+def _options(cfg, h0, c0):
+    return dict(cell=cfg.cell, activation=cfg.activation, h0=_numpy(h0), c0=_numpy(c0),
+                lengths=cfg.lengths, check_finite=False)
+
+
+def _outputs(cfg, out):
+    return (torch.from_numpy(out.h), torch.from_numpy(out.h_final), _tensor(out.c_final))
+
+
+class _Layers(torch.autograd.Function):
+    """Forward: `fastbptt.layer.vjp`; backward: its ``back``."""
+
+    @staticmethod
+    def forward(ctx, cfg, x, h0, c0, *weights):
+        out, back = _layer.vjp(x.detach().numpy(), _model(cfg, weights), **_options(cfg, h0, c0),
+                               truncate=cfg.truncate, stride=cfg.stride)
+        ctx.cfg, ctx.back, ctx.like = cfg, back, (out.h.shape, out.h.dtype)
+        ctx.set_materialize_grads(False)
+        return _outputs(cfg, out)
+
+    @staticmethod
+    def backward(ctx, dh, dh_n, dc_n):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "fastbptt.torch computes first derivatives only: double backward "
+                "(create_graph=True, e.g. a gradient penalty) is not supported; use "
+                "torch.nn.RNN/GRU/LSTM for that")
+        cfg = ctx.cfg
+        dh = np.zeros(*ctx.like) if dh is None else dh.numpy()
+        r = ctx.back(dh, _numpy(dh_n), _numpy(dc_n))
+        dh0 = _tensor(r.dh0) if ctx.needs_input_grad[2] else None
+        dc0 = _tensor(r.dc0) if ctx.needs_input_grad[3] else None
+        dx = r.dx
+        if dx is not None and not dx.flags.owndata:
+            dx = dx.copy()          # (B = 1 and T = 1 or one feature: a view of scratch memory)
+        return (None, _tensor(dx), dh0, dc0, *_weight_grads(cfg, r.grads))
+
+
+def run(cfg, x, h0, c0, weights):
+    """(output, h_n, c_n) of one call; see the module's docstring."""
+    tensors = (x, h0, c0, *weights)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        return _Layers.apply(cfg, x, h0, c0, *weights)
+    out = _layer.forward(x.numpy(), _model(cfg, weights), **_options(cfg, h0, c0))
+    return _outputs(cfg, out)

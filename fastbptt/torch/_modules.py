@@ -1,0 +1,243 @@
+"""``RNN``, ``GRU``, ``LSTM``: PyTorch's modules with a forward pass that runs on fastbptt.
+
+Each subclasses its native module, which keeps the constructor's checks, the parameters
+(names, shapes, initialisation), ``check_forward_args``, ``permute_hidden`` and the rest;
+`_Bridge.forward` replaces ``forward`` with the same semantics: time-major or batch-first
+(B, T, F), unbatched (T, F), ``PackedSequence`` in and out, hx in the caller's order,
+dropout between layers in training mode.
+
+Integer input (token ids, one axis fewer than float input) stands for one-hot vectors of
+``input_size`` features, as ``F.one_hot(ids, input_size)`` converted to floats would,
+without building them: the first layer gathers columns of ``weight_ih_l0`` (SPEC.md §1)
+and the ids get no gradient.
+
+Layouts: fastbptt reads batch-first input, so time-major input is passed as a transposed
+view (fastbptt copies it into its own layout, as it does any input) and the output is
+made contiguous time-major by one copy. A ``PackedSequence`` is unpacked into a zero-padded
+batch-first tensor and its output packed again (one copy each way), with sequence lengths
+passed to fastbptt.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import PackedSequence
+
+from .._bridge_options import check_truncation
+from ._function import Config, run
+
+FLOATS = (torch.float32, torch.float64)
+
+
+def _check_truncation(module):
+    """Validate ``truncate`` and ``stride`` for this module's layers and directions."""
+    check_truncation(module.truncate, module.stride, layers=module.num_layers,
+                     directions=2 if module.bidirectional else 1)
+
+
+def _check_tensors(module, tensors):
+    """CPU tensors of float32 or float64, hx of the weights' dtype."""
+    name = type(module).__name__
+    for t in tensors:
+        if t.device.type != "cpu":
+            raise ValueError(f"fastbptt.torch.{name} runs on the CPU; got a tensor on "
+                             f"{t.device}: move the module and tensors with .cpu(), or use "
+                             f"torch.nn.{name} on that device")
+    dtype = module._flat_weights[0].dtype
+    if dtype not in FLOATS:
+        raise TypeError(f"fastbptt.torch.{name} computes in float32 or float64; its weights "
+                        f"are {dtype}: convert with .float() or .double(), or use "
+                        f"torch.nn.{name}")
+    for t in tensors[1:]:
+        if t.dtype != dtype:
+            raise ValueError(f"hx dtype ({t.dtype}) does not match weight dtype ({dtype})")
+
+
+class _Padding:
+    """Where the rows of a ``PackedSequence``'s data sit in a zero-padded batch-first
+    (B, T, F) tensor, and the sequences' lengths (in the packed, sorted order)."""
+
+    def __init__(self, batch_sizes):
+        T, B = len(batch_sizes), int(batch_sizes[0])
+        steps, seqs = torch.arange(T)[:, None], torch.arange(B)[None, :]
+        real = seqs < batch_sizes[:, None]                            # (T, B)
+        self.rows = (seqs * T + steps)[real]                          # packed order
+        self.lengths = real.sum(0).numpy().astype(np.int64)
+        self.B, self.T = B, T
+
+    def pad(self, data):
+        zeros = data.new_zeros((self.B * self.T,) + data.shape[1:])
+        return zeros.index_copy(0, self.rows, data).view((self.B, self.T) + data.shape[1:])
+
+    def pack(self, padded):
+        return padded.reshape(self.B * self.T, -1).index_select(0, self.rows)
+
+
+class _Bridge:
+    """The forward pass shared by the three modules."""
+
+    _cell = "elman"
+
+    def _fastbptt_options(self, truncate, stride):
+        self.truncate, self.stride = truncate, stride
+        _check_truncation(self)
+
+    def extra_repr(self):
+        s = super().extra_repr()
+        if self.truncate is not None:
+            s += f", truncate={self.truncate}"
+            s += f", stride={self.stride}" if self.stride != 1 else ""
+        return s
+
+    def forward(self, input, hx=None):
+        """PyTorch's ``forward``; see ``torch.nn.RNN``, ``GRU``, ``LSTM``."""
+        self._update_flat_weights()
+        _check_truncation(self)
+        lstm = self._cell == "lstm"
+        states = () if hx is None else (tuple(hx) if lstm else (hx,))
+        _check_tensors(self, (input.data if isinstance(input, PackedSequence) else input,
+                              *states))
+        if isinstance(input, PackedSequence):
+            data, batch_sizes, sorted_indices, unsorted_indices = input
+            if hx is not None:
+                hx = self.permute_hidden(hx, sorted_indices)
+            self._check_args(data, hx, batch_sizes)
+            padding = _Padding(batch_sizes)
+            out, hidden = self._layers(padding.pad(data), hx, padding)
+            output = PackedSequence(padding.pack(out), batch_sizes, sorted_indices,
+                                    unsorted_indices)
+            return output, self.permute_hidden(hidden, unsorted_indices)
+        features = int(input.is_floating_point())          # token ids have no feature axis
+        if input.dim() not in (1 + features, 2 + features):
+            raise ValueError(f"{type(self).__name__}: Expected input to be {1 + features}D or "
+                             f"{2 + features}D, got {input.dim()}D tensor instead")
+        batched = input.dim() == 2 + features
+        batch_dim = 0 if self.batch_first else 1
+        if not batched:
+            input = input.unsqueeze(batch_dim)
+        if hx is not None:
+            want = 3 if batched else 2
+            if any(h.dim() != want for h in states):
+                raise RuntimeError(f"For {'batched' if batched else 'unbatched'} input, "
+                                   f"hx{' and cx' if lstm else ''} should be {want}-D but got "
+                                   f"{', '.join(f'{h.dim()}-D' for h in states)}")
+            if not batched:
+                hx = tuple(h.unsqueeze(1) for h in states) if lstm else hx.unsqueeze(1)
+        self._check_args(input, hx, None)
+        out, hidden = self._layers(input if self.batch_first else input.transpose(0, 1), hx,
+                                   None)
+        if not self.batch_first:
+            out = out.transpose(0, 1).contiguous()
+        if not batched:
+            out = out.squeeze(batch_dim)
+            hidden = tuple(h.squeeze(1) for h in hidden) if lstm else hidden.squeeze(1)
+        return out, hidden
+
+    def _check_args(self, input, hx, batch_sizes):
+        """PyTorch's checks of input and hx; for token ids (integers, no feature axis)
+        their dimensions and hx's sizes."""
+        if input.is_floating_point():
+            if hx is None:
+                self.check_input(input, batch_sizes)
+            else:
+                self.check_forward_args(input, hx, batch_sizes)
+            return
+        if input.dtype == torch.bool or input.is_complex():
+            raise TypeError(f"input must hold floats of the weights' dtype, or integer token "
+                            f"ids; got {input.dtype}")
+        want = 1 if batch_sizes is not None else 2
+        if input.dim() != want:
+            raise RuntimeError(f"token ids must have {want} dimensions, got {input.dim()}")
+        if hx is not None:
+            expected = self.get_expected_hidden_size(input, batch_sizes)
+            lstm = self._cell == "lstm"
+            for i, h in enumerate(hx if lstm else (hx,)):
+                name = f"hidden[{i}]" if lstm else "hidden"
+                self.check_hidden_size(h, expected, f"Expected {name} size {{}}, got {{}}")
+
+    def _layers(self, x, hx, padding):
+        """(output (B, T, H D), h_n or (h_n, c_n)) from batch-first x and hx in the
+        batch's order: one fastbptt call for the whole stack, or one per layer with
+        dropout between them (in training mode)."""
+        lstm = self._cell == "lstm"
+        states = (None, None) if hx is None else (tuple(hx) if lstm else (hx, None))
+        D = 2 if self.bidirectional else 1
+        per = (4 if self.bias else 2) * D
+        dropout = self.dropout if self.training and self.num_layers > 1 else 0.0
+        spans = [(l, l + 1) for l in range(self.num_layers)] if dropout else \
+            [(0, self.num_layers)]
+        lengths = None if padding is None else padding.lengths
+        h_n, c_n = [], []
+        for a, b in spans:
+            cfg = Config(self._cell, getattr(self, "nonlinearity", "tanh"), b - a, D, self.bias,
+                         lengths, self.truncate, self.stride)
+            h0, c0 = (None if s is None else s[a * D:b * D] for s in states)
+            x, h, c = run(cfg, x, h0, c0, self._flat_weights[a * per:b * per])
+            h_n.append(h)
+            c_n.append(c)
+            if dropout and b < self.num_layers:
+                x = self._dropout(x, padding)
+        h_n = h_n[0] if len(h_n) == 1 else torch.cat(h_n)
+        if not lstm:
+            return x, h_n
+        return x, (h_n, c_n[0] if len(c_n) == 1 else torch.cat(c_n))
+
+    def _dropout(self, x, padding):
+        """Dropout on a layer's output as PyTorch's own modules apply it: on the time-major
+        (T, B, H D) output, or on a ``PackedSequence``'s data, so that the same random
+        numbers zero the same entries."""
+        drop = torch.nn.functional.dropout
+        if padding is not None:
+            return padding.pad(drop(padding.pack(x), self.dropout, True))
+        return drop(x.transpose(0, 1).contiguous(), self.dropout, True).transpose(0, 1)
+
+
+class RNN(_Bridge, torch.nn.RNN):
+    """``torch.nn.RNN`` on fastbptt, plus ``truncate`` and ``stride`` (BPTT(k; s)).
+
+    ``nonlinearity`` is "tanh" or "relu", as for ``torch.nn.RNN``.
+    """
+
+    def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True,
+                 batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None,
+                 *, truncate=None, stride=1):
+        super().__init__(input_size, hidden_size, num_layers=num_layers,
+                         nonlinearity=nonlinearity, bias=bias, batch_first=batch_first,
+                         dropout=dropout, bidirectional=bidirectional, device=device,
+                         dtype=dtype)
+        self._fastbptt_options(truncate, stride)
+
+
+class GRU(_Bridge, torch.nn.GRU):
+    """``torch.nn.GRU`` on fastbptt, plus ``truncate`` and ``stride`` (BPTT(k; s))."""
+
+    _cell = "gru"
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, device=None, dtype=None, *, truncate=None,
+                 stride=1):
+        super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias,
+                         batch_first=batch_first, dropout=dropout, bidirectional=bidirectional,
+                         device=device, dtype=dtype)
+        self._fastbptt_options(truncate, stride)
+
+
+class LSTM(_Bridge, torch.nn.LSTM):
+    """``torch.nn.LSTM`` on fastbptt, plus ``truncate`` and ``stride`` (BPTT(k; s)).
+
+    ``proj_size > 0`` (an LSTM with projections) is not supported: use ``torch.nn.LSTM``.
+    """
+
+    _cell = "lstm"
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None, *,
+                 truncate=None, stride=1):
+        if proj_size:
+            raise NotImplementedError(f"fastbptt.torch.LSTM has no projections (proj_size="
+                                      f"{proj_size}): use torch.nn.LSTM for an LSTM with "
+                                      "projections")
+        super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias,
+                         batch_first=batch_first, dropout=dropout, bidirectional=bidirectional,
+                         device=device, dtype=dtype)
+        self._fastbptt_options(truncate, stride)

@@ -1,0 +1,249 @@
+"""fastbptt.jax against the same layers written as a ``lax.scan``, under ``jit``, in
+float64 (x64) and float32."""
+import numpy as np
+import pytest
+
+from fastbptt.bench import jax_peer
+
+# JAX started as the bench starts it (one thread), so that the bench's tests can share it
+if jax_peer.unavailable(1):
+    pytest.skip(f"JAX: {jax_peer.unavailable(1)} (pip install 'fastbptt[jax]')",
+                allow_module_level=True)
+jax = jax_peer.start(1)
+import jax.numpy as jnp                                                   # noqa: E402
+
+import fastbptt                                                           # noqa: E402
+import fastbptt.jax as fj                                                 # noqa: E402
+from conftest import require_cell                                         # noqa: E402
+
+GATES = {"elman": 1, "gru": 3, "lstm": 4}
+TOLERANCE = 1e-10
+B, T, L, H = 3, 7, 4, 5
+LENGTHS = np.array([7, 2, 5])
+
+
+@pytest.fixture(autouse=True)
+def x64():
+    before = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", before)
+
+
+def step(cell, p, a, h, c, activation):
+    """One step from the input projection a = U x_t + b (GRU: + b_i)."""
+    if cell == "elman":
+        f = {"tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid, "relu": jax.nn.relu,
+             "identity": lambda v: v}[activation]
+        return f(a + h @ p.W.T), c
+    if cell == "lstm":
+        i, f, g, o = jnp.split(a + h @ p.W.T, 4, axis=-1)
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        return jax.nn.sigmoid(o) * jnp.tanh(c), c
+    gh = h @ p.W.T + (0 if p.bh is None else p.bh)
+    (ar, az, an), (hr, hz, hn) = jnp.split(a, 3, axis=-1), jnp.split(gh, 3, axis=-1)
+    r, z = jax.nn.sigmoid(ar + hr), jax.nn.sigmoid(az + hz)
+    n = jnp.tanh(an + r * hn)
+    return (1 - z) * n + z * h, c
+
+
+def reference(cell, p, x, h0=None, c0=None, lengths=None, reverse=False, chunk=None,
+              activation="tanh"):
+    """The layer as a lax.scan over steps (batched x only)."""
+    Bx, Tx = x.shape[:2]
+    lengths = jnp.full(Bx, Tx) if lengths is None else lengths
+    a = p.U.T[x] if jnp.issubdtype(x.dtype, jnp.integer) else x @ p.U.T
+    a = a + (0 if p.b is None else p.b)
+    t = jnp.arange(Tx)
+    real = t[None] < lengths[:, None]                                    # (B, T)
+    order = jnp.where(real, lengths[:, None] - 1 - t[None], t[None]) if reverse else \
+        jnp.broadcast_to(t, (Bx, Tx))
+    a = jnp.take_along_axis(a, order[..., None], 1)
+    zeros = jnp.zeros((Bx, p.W.shape[1]), p.W.dtype)
+    h0 = zeros if h0 is None else h0
+    c0 = zeros if c0 is None else c0
+
+    def body(carry, inputs):
+        h, c = carry
+        a_t, s, mask = inputs
+        if chunk:
+            h, c = (jnp.where(s % chunk == 0, jax.lax.stop_gradient(v), v) for v in (h, c))
+        hn, cn = step(cell, p, a_t, h, c, activation)
+        hn, cn = jnp.where(mask[:, None], hn, h), jnp.where(mask[:, None], cn, c)
+        return (hn, cn), jnp.where(mask[:, None], hn, 0)
+
+    (hf, cf), hs = jax.lax.scan(body, (h0, c0), (a.transpose(1, 0, 2), t, real.T))
+    hs = jnp.take_along_axis(hs.transpose(1, 0, 2), order[..., None], 1)
+    return (hs, hf, cf) if cell == "lstm" else (hs, hf)
+
+
+def draw(cell, rng, dtype=np.float64, bias=True):
+    G = GATES[cell]
+    U, W = rng.normal(size=(G * H, L)), rng.normal(size=(G * H, H)) * 0.6
+    b = rng.normal(size=G * H) if bias else None
+    bh = rng.normal(size=G * H) if bias and cell == "gru" else None
+    return fastbptt.Layer(*(None if v is None else jnp.asarray(v, dtype) for v in (U, W, b, bh)))
+
+
+def layer_fn(cell):
+    return {"elman": fj.rnn, "gru": fj.gru, "lstm": fj.lstm}[cell]
+
+
+def loss_of(outputs):
+    """A loss that uses every output."""
+    return sum(jnp.sum(jnp.sin(o) * jnp.linspace(-1, 1, o.size).reshape(o.shape))
+               for o in outputs)
+
+
+def both(cell, p, x, states, options, scan_options=None):
+    """jit(value_and_grad) of fastbptt.jax's layer and of the reference."""
+    fn = layer_fn(cell)
+    ours = jax.jit(jax.value_and_grad(lambda p, x, s: loss_of(fn(p, x, *s, **options)),
+                                      argnums=(0, 1, 2), allow_int=True))
+    ref = jax.jit(jax.value_and_grad(
+        lambda p, x, s: loss_of(reference(cell, p, x, *s, **(scan_options or options))),
+        argnums=(0, 1, 2), allow_int=True))
+    return ours(p, x, states), ref(p, x, states)
+
+
+def assert_close(got, want, tolerance=TOLERANCE):
+    got, want = jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        if a.dtype == jax.dtypes.float0:
+            continue
+        assert a.shape == b.shape and a.dtype == b.dtype
+        scale = float(jnp.abs(b).max()) or 1.0
+        assert float(jnp.abs(a - b).max()) / scale <= tolerance
+
+
+CASES = {
+    "dense-forward": dict(ids=False, bias=True, h0=True, options=dict(lengths=LENGTHS)),
+    "ids-reverse": dict(ids=True, bias=True, h0=True,
+                        options=dict(lengths=LENGTHS, reverse=True)),
+    # truncate=k, stride=k: the scan with the carried states' gradient stopped at every
+    # chunk start
+    "nobias-chunks": dict(ids=False, bias=False, h0=False, options=dict(truncate=3, stride=3),
+                          scan_options=dict(chunk=3)),
+}
+
+
+@pytest.mark.parametrize("cell", GATES)
+@pytest.mark.parametrize("case", CASES)
+def test_matches_scan(cell, case):
+    require_cell(cell)
+    c = CASES[case]
+    rng = np.random.default_rng(0)
+    p = draw(cell, rng, bias=c["bias"])
+    x = jnp.asarray(rng.integers(0, L, (B, T)) if c["ids"] else rng.normal(size=(B, T, L)))
+    states = tuple(jnp.asarray(rng.normal(size=(B, H)))
+                   for _ in range((1 + (cell == "lstm")) * c["h0"]))
+    got, want = both(cell, p, x, states, c["options"], c.get("scan_options"))
+    assert_close(got, want)
+
+
+@pytest.mark.parametrize("cell", GATES)
+def test_one_sequence_and_dict_params(cell):
+    """x (T, L) is the batch of one; params as a dict get gradients as a dict."""
+    require_cell(cell)
+    rng = np.random.default_rng(1)
+    p = draw(cell, rng)
+    p = {"U": p.U, "W": p.W, "b": p.b} if cell != "gru" else p._asdict()
+    x = jnp.asarray(rng.normal(size=(T, L)))
+    fn = layer_fn(cell)
+    one = jax.jit(jax.grad(lambda p, x: loss_of(fn(p, x)), argnums=(0, 1)))(p, x)
+    batch = jax.grad(lambda p, x: loss_of(o[0] for o in fn(p, x[None])), argnums=(0, 1))(p, x)
+    assert set(one[0]) == set(p)
+    assert_close(one, batch, 1e-14)
+
+
+@pytest.mark.parametrize("activation", ["sigmoid", "relu"])
+def test_activations(activation):
+    rng = np.random.default_rng(2)
+    p = draw("elman", rng)
+    x = jnp.asarray(rng.normal(size=(B, T, L)))
+    got, want = both("elman", p, x, (), dict(activation=activation))
+    assert_close(got, want)
+
+
+def test_float32():
+    jax.config.update("jax_enable_x64", False)
+    rng = np.random.default_rng(4)
+    p = draw("elman", rng, np.float32)
+    x = jnp.asarray(rng.normal(size=(B, T, L)), jnp.float32)
+    got, want = both("elman", p, x, (), {})
+    assert got[0].dtype == jnp.float32
+    assert_close(got, want, 1e-5)
+
+
+def test_vmap_and_no_differentiation():
+    rng = np.random.default_rng(5)
+    p = draw("elman", rng)
+    xs = jnp.asarray(rng.normal(size=(2, B, T, L)))
+    h, h_final = jax.vmap(lambda x: fj.rnn(p, x))(xs)
+    assert_close((h[1], h_final[1]), reference("elman", p, xs[1]))
+
+
+def test_kept_states_or_the_forward_pass_again():
+    """The backward rule uses the forward rule's kept ``back``; where it is gone (taken,
+    pushed out) it runs the forward pass again, with the same gradients."""
+    from fastbptt.jax import _kept
+
+    rng = np.random.default_rng(8)
+    p = draw("elman", rng)
+    x = jnp.asarray(rng.normal(size=(B, T, L)))
+    dh = jnp.asarray(rng.normal(size=(B, T, H)))
+    _kept.clear()
+    _, pullback = jax.vjp(lambda p: fj.rnn(p, x)[0], p)
+    assert len(_kept._kept) == 1
+    kept = pullback(dh)
+    assert len(_kept._kept) == 0
+    again = pullback(dh)                           # taken already: the forward pass again
+    assert_close(again, kept, 0)
+    for _ in range(_kept.LIMIT + 3):
+        jax.vjp(lambda p: fj.rnn(p, x)[0], p)
+    assert len(_kept._kept) == _kept.LIMIT
+
+
+@pytest.mark.parametrize("cell", GATES)
+def test_nan_propagates(cell):
+    require_cell(cell)
+    rng = np.random.default_rng(6)
+    p = draw(cell, rng)
+    x = jnp.asarray(rng.normal(size=(B, T, L))).at[1, 3, 0].set(jnp.nan)
+    h = layer_fn(cell)(p, x)[0]
+    assert bool(jnp.isnan(h[1, 3:]).all()) and not bool(jnp.isnan(h[jnp.array([0, 2])]).any())
+    g = jax.grad(lambda p: layer_fn(cell)(p, x)[0].sum())(p)
+    assert bool(jnp.isnan(g.W).any())
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_a_cell_without_kernels_is_refused_while_tracing(cell):
+    from conftest import _cell_runs
+
+    if _cell_runs(cell):
+        pytest.skip(f"the {cell.upper()} kernels are built")
+    p = draw(cell, np.random.default_rng(9))
+    with pytest.raises(NotImplementedError, match=f"no {cell.upper()} kernels"):
+        jax.jit(lambda p: layer_fn(cell)(p, jnp.zeros((B, T, L)))[0])(p)
+
+
+def test_refusals_while_tracing():
+    p = draw("elman", np.random.default_rng(7))
+    x = jnp.zeros((B, T, L))
+    with pytest.raises(ValueError, match="LSTM cell needs U"):
+        fj.lstm(p, x)
+    with pytest.raises(ValueError, match="reverse direction"):
+        fj.rnn(p, x, reverse=True, truncate=3)
+    with pytest.raises(ValueError, match="stride must not exceed"):
+        fj.rnn(p, x, truncate=2, stride=3)
+    with pytest.raises(ValueError, match="L=4"):
+        fj.rnn(p, jnp.zeros((B, T, L + 1)))
+    with pytest.raises(ValueError, match="h0 must have shape"):
+        fj.rnn(p, x, jnp.zeros((B + 1, H)))
+    with pytest.raises(ValueError, match="lengths"):
+        fj.rnn(p, x, lengths=jnp.zeros(B + 1, int))
+    with pytest.raises(TypeError, match="must all be float32 or all float64"):
+        fj.rnn(p._replace(b=p.b.astype(jnp.float32)), x)
+    with pytest.raises(TypeError, match="one layer"):
+        fj.rnn([p, p], x)

@@ -1,0 +1,321 @@
+"""fastbptt.torch against PyTorch's own modules: outputs, final states and every gradient
+after loading the same state dict, in float64, over the options a user can pick."""
+import itertools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install "
+                                            "'fastbptt[torch]')")
+import torch.nn.functional as F                                          # noqa: E402
+from torch.nn.utils.rnn import pack_padded_sequence                       # noqa: E402
+
+import fastbptt                                                           # noqa: E402
+import fastbptt.torch as ft                                               # noqa: E402
+from conftest import require_cell                                         # noqa: E402
+
+CELLS = {"elman": "RNN", "gru": "GRU", "lstm": "LSTM"}
+TOLERANCE = 1e-10
+
+
+def modules(cell, seed=0, **options):
+    """(native, bridge) with the same weights, float64."""
+    require_cell(cell)
+    name = CELLS[cell]
+    torch.manual_seed(seed)
+    native = getattr(torch.nn, name)(dtype=torch.float64, **options)
+    bridge = getattr(ft, name)(dtype=torch.float64, **options)
+    bridge.load_state_dict(native.state_dict())
+    return native, bridge
+
+
+def relative(a, b):
+    scale = float(b.abs().max())
+    return float((a - b).abs().max()) / (scale if scale else 1.0)
+
+
+def leaves(tensors):
+    """Tensors of a nested output: PackedSequence data, (h_n, c_n) tuples."""
+    for t in tensors:
+        if isinstance(t, torch.nn.utils.rnn.PackedSequence):
+            yield t.data
+        elif isinstance(t, (tuple, list)):
+            yield from leaves(t)
+        else:
+            yield t
+
+
+def run(module, inputs, states):
+    """Outputs of ``module`` and the gradients of a loss that uses every output, with
+    respect to the inputs, the initial states and every parameter."""
+    for t in inputs + states:
+        if t.is_floating_point():
+            t.grad = None
+    module.zero_grad()
+    x = inputs[0]
+    if len(inputs) > 1:                      # (padded, lengths): pack, unsorted
+        x = pack_padded_sequence(inputs[0], inputs[1], batch_first=module.batch_first,
+                                 enforce_sorted=False)
+    hx = None if not states else (tuple(states) if len(states) == 2 else states[0])
+    output, hidden = module(x, hx)
+    outs = list(leaves([output, hidden]))
+    weights = [torch.linspace(-1, 1, o.numel(), dtype=o.dtype).reshape(o.shape) for o in outs]
+    loss = sum((torch.sin(o) * w).sum() for o, w in zip(outs, weights))
+    loss.backward()
+    grads = [t.grad for t in inputs[:1] + states] + [p.grad for p in module.parameters()]
+    return [o.detach() for o in outs], grads
+
+
+GRID = list(itertools.product([1, 2], [False, True], [False, True], [True, False],
+                              [False, True], [False, True]))
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("layers, bidirectional, batch_first, bias, packed, hx", GRID,
+                         ids=["-".join(f"{n}{int(v)}" for n, v in zip(
+                             ["l", "bi", "bf", "bias", "packed", "hx"], g)) for g in GRID])
+def test_matches_native(cell, layers, bidirectional, batch_first, bias, packed, hx):
+    B, T, F_in, H = 4, 6, 5, 3
+    native, bridge = modules(cell, input_size=F_in, hidden_size=H, num_layers=layers,
+                             bidirectional=bidirectional, batch_first=batch_first, bias=bias)
+    rng = np.random.default_rng(1)
+    shape = (B, T, F_in) if batch_first else (T, B, F_in)
+    inputs = [torch.tensor(rng.normal(size=shape), requires_grad=True)]
+    if packed:
+        inputs.append(torch.tensor([4, 6, 1, 3]))
+    S = layers * (2 if bidirectional else 1)
+    states = [torch.tensor(rng.normal(size=(S, B, H)), requires_grad=True)
+              for _ in range(2 if cell == "lstm" else 1)] if hx else []
+    got, want = run(bridge, inputs, states), run(native, inputs, states)
+    for kind, a, b in [("output", *pair) for pair in zip(got[0], want[0])] + \
+            [("gradient", *pair) for pair in zip(got[1], want[1])]:
+        assert a.shape == b.shape and a.dtype == b.dtype, kind
+        assert relative(a, b) <= TOLERANCE, (kind, relative(a, b))
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_unbatched(cell, batch_first):
+    native, bridge = modules(cell, input_size=3, hidden_size=4, num_layers=2,
+                             batch_first=batch_first)
+    x = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    states = [torch.randn(2, 4, dtype=torch.float64, requires_grad=True)
+              for _ in range(2 if cell == "lstm" else 1)]
+    got, want = run(bridge, [x], states), run(native, [x], states)
+    for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        assert a.shape == b.shape and relative(a, b) <= TOLERANCE
+
+
+def test_relu_rnn():
+    native, bridge = modules("elman", input_size=3, hidden_size=4, num_layers=2,
+                             bidirectional=True, nonlinearity="relu")
+    x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
+    got, want = run(bridge, [x], []), run(native, [x], [])
+    for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        assert relative(a, b) <= TOLERANCE
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("layout", ["time-major", "batch-first", "packed", "unbatched"])
+def test_token_ids_are_one_hot_inputs(cell, layout):
+    """Integer input is read as one-hot vectors of input_size features."""
+    V, B, T = 6, 3, 5
+    native, bridge = modules(cell, input_size=V, hidden_size=4, num_layers=2,
+                             batch_first=layout == "batch-first", bidirectional=True)
+    ids = torch.randint(0, V, (T,) if layout == "unbatched" else (T, B),
+                        generator=torch.Generator().manual_seed(4))
+    if layout == "batch-first":
+        ids = ids.T
+    one_hot = F.one_hot(ids, V).double()
+    states = [torch.randn(4, *(() if layout == "unbatched" else (B,)), 4, dtype=torch.float64,
+                          requires_grad=True) for _ in range(2 if cell == "lstm" else 1)]
+    if layout == "packed":
+        lengths = torch.tensor([5, 2, 4])
+        got, want = (run(m, [x, lengths], states) for m, x in ((bridge, ids), (native, one_hot)))
+    else:
+        got, want = run(bridge, [ids], states), run(native, [one_hot], states)
+    assert got[1][0] is None
+    for a, b in zip(got[0] + got[1][1:], want[0] + want[1][1:]):
+        assert a.shape == b.shape and relative(a, b) <= TOLERANCE
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_gradcheck(cell):
+    _, bridge = modules(cell, input_size=2, hidden_size=2, num_layers=2, bidirectional=True)
+    names = [n for n, _ in bridge.named_parameters()]
+    x = torch.randn(3, 2, 2, dtype=torch.float64, requires_grad=True)
+    states = [torch.randn(4, 2, 2, dtype=torch.float64, requires_grad=True)
+              for _ in range(2 if cell == "lstm" else 1)]
+
+    def f(x, *tensors):
+        hx = tensors[:len(states)]
+        params = dict(zip(names, tensors[len(states):]))
+        out, hidden = torch.func.functional_call(
+            bridge, params, (x, hx if cell == "lstm" else hx[0]))
+        return (out,) + (hidden if cell == "lstm" else (hidden,))
+
+    params = [p.detach().clone().requires_grad_() for p in bridge.parameters()]
+    assert torch.autograd.gradcheck(f, (x, *states, *params))
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_adam_training_follows_native(cell):
+    """20 steps of an embedding, the recurrent module and a linear head, trained with Adam
+    on summed cross-entropy: the loss curves agree."""
+    V, H, B, T = 7, 6, 3, 8
+    curves = []
+    for which in (0, 1):
+        pair = modules(cell, input_size=5, hidden_size=H, num_layers=2, batch_first=True)
+        torch.manual_seed(2)
+        embed, head = torch.nn.Embedding(V, 5, dtype=torch.float64), \
+            torch.nn.Linear(H, V, dtype=torch.float64)
+        model = torch.nn.ModuleList([embed, pair[which], head])
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+        data = torch.randint(0, V, (B, T + 1), generator=torch.Generator().manual_seed(3))
+        losses = []
+        for _ in range(20):
+            optimizer.zero_grad()
+            out, _ = model[1](embed(data[:, :-1]))
+            loss = F.cross_entropy(head(out).reshape(-1, V), data[:, 1:].reshape(-1),
+                                   reduction="sum")
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        curves.append(np.array(losses))
+    assert curves[0][-1] < curves[0][0]
+    np.testing.assert_allclose(curves[1], curves[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("packed", [False, True])
+def test_dropout_masks_as_native(cell, packed):
+    """Training mode with dropout: the same seed zeroes the same entries as PyTorch."""
+    native, bridge = modules(cell, input_size=3, hidden_size=4, num_layers=3, dropout=0.5,
+                             bidirectional=True)
+    x = torch.randn(6, 4, 3, dtype=torch.float64, requires_grad=True)
+    inputs = [x, torch.tensor([6, 2, 5, 1])] if packed else [x]
+    results = []
+    for module in (native, bridge):
+        torch.manual_seed(7)
+        results.append(run(module.train(), inputs, []))
+    for a, b in zip(results[1][0] + results[1][1], results[0][0] + results[0][1]):
+        assert relative(a, b) <= TOLERANCE
+    with torch.no_grad():                                  # eval: no dropout
+        assert relative(bridge.eval()(x)[0], native.eval()(x)[0]) <= TOLERANCE
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_chunked_truncation_is_native_on_detached_chunks(layers):
+    """truncate=k, stride=k: gradient never crosses a chunk boundary, which is PyTorch's
+    module run chunk by chunk with the carried state detached in between."""
+    k, T = 3, 8
+    native, bridge = modules("elman", input_size=2, hidden_size=3, num_layers=layers)
+    bridge.truncate = bridge.stride = k
+    x = torch.randn(T, 2, 2, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(T, 2, 3, dtype=torch.float64)
+    out, _ = bridge(x)
+    (out * w).sum().backward()
+    got = [x.grad.clone()] + [p.grad for p in bridge.parameters()]
+    x.grad, h, outs = None, None, []
+    for start in range(0, T, k):
+        o, h = native(x[start:start + k], h)
+        h = h.detach()
+        outs.append(o)
+    (torch.cat(outs) * w).sum().backward()
+    want = [x.grad] + [p.grad for p in native.parameters()]
+    assert relative(out.detach(), torch.cat(outs).detach()) <= TOLERANCE
+    for a, b in zip(got, want):
+        assert relative(a, b) <= TOLERANCE
+
+
+def test_windows_match_the_layer_api():
+    """truncate=k, stride=1 passes BPTT(k; 1) on to fastbptt.layer.vjp."""
+    _, bridge = modules("elman", input_size=2, hidden_size=3, batch_first=True)
+    bridge.truncate = 4
+    x = torch.randn(2, 9, 2, dtype=torch.float64, requires_grad=True)
+    dh = torch.randn(2, 9, 3, dtype=torch.float64)
+    out, _ = bridge(x)
+    out.backward(dh)
+    p = dict(bridge.named_parameters())
+    layer = fastbptt.Layer(p["weight_ih_l0"].detach().numpy(), p["weight_hh_l0"].detach().numpy(),
+                           (p["bias_ih_l0"] + p["bias_hh_l0"]).detach().numpy())
+    _, back = fastbptt.layer.vjp(x.detach().numpy(), layer, truncate=4, stride=1)
+    r = back(dh.numpy())
+    np.testing.assert_allclose(x.grad.numpy(), r.dx, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(p["weight_hh_l0"].grad.numpy(), r.grads.W, rtol=1e-12)
+    np.testing.assert_allclose(p["bias_hh_l0"].grad.numpy(), r.grads.b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_nan_propagates_as_in_native(cell):
+    native, bridge = modules(cell, input_size=2, hidden_size=3, num_layers=2)
+    x = torch.randn(5, 2, 2, dtype=torch.float64)
+    x[2, 1, 0] = float("nan")
+    x.requires_grad_()
+    got, want = run(bridge, [x], []), run(native, [x], [])
+    for a, b in zip(got[0] + got[1], want[0] + want[1]):
+        assert torch.equal(a.isnan(), b.isnan())
+        torch.testing.assert_close(a, b, equal_nan=True, rtol=TOLERANCE, atol=1e-14)
+
+
+def test_float32_close_to_native():
+    native, bridge = modules("elman", input_size=4, hidden_size=5, num_layers=2)
+    native.float(), bridge.float()
+    x = torch.randn(7, 3, 4)
+    with torch.no_grad():
+        assert relative(bridge(x)[0], native(x)[0]) < 1e-5
+
+
+def test_biases_get_their_own_gradient_tensors():
+    _, bridge = modules("elman", input_size=2, hidden_size=3)
+    bridge(torch.randn(4, 2, 2, dtype=torch.float64))[0].sum().backward()
+    assert torch.equal(bridge.bias_ih_l0.grad, bridge.bias_hh_l0.grad)
+    assert bridge.bias_ih_l0.grad.data_ptr() != bridge.bias_hh_l0.grad.data_ptr()
+
+
+def test_refusals():
+    with pytest.raises(NotImplementedError, match="use torch.nn.LSTM"):
+        ft.LSTM(4, 8, proj_size=2)
+    with pytest.raises(TypeError, match=r"float32 or float64.*\.float\(\)"):
+        ft.RNN(2, 3, dtype=torch.float16)(torch.randn(4, 1, 2, dtype=torch.float16))
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        ft.RNN(2, 3, device="meta")(torch.randn(4, 1, 2, device="meta"))
+    with pytest.raises(ValueError, match="reverse direction"):
+        ft.RNN(2, 3, bidirectional=True, truncate=4)
+    with pytest.raises(ValueError, match="stride=truncate"):
+        ft.GRU(2, 3, num_layers=2, truncate=4, stride=2)
+    with pytest.raises(ValueError, match="stride must not exceed truncate"):
+        ft.RNN(2, 3, truncate=2, stride=3)
+    bridge = ft.RNN(2, 3, dtype=torch.float64)
+    x = torch.randn(4, 1, 2, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(ValueError, match="hx dtype"):
+        bridge(x, torch.zeros(1, 1, 3))
+    with pytest.raises(RuntimeError, match="input_size"):
+        bridge(torch.randn(4, 1, 5, dtype=torch.float64))
+    (g,) = torch.autograd.grad(bridge(x)[0].sum(), x, create_graph=False)
+    assert g.shape == x.shape
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(bridge(x)[0].sum(), x, create_graph=True)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 2), (1, 4, 1)], ids=["T1", "L1"])
+def test_input_gradient_outlives_later_calls(shape):
+    """A gradient stays as it was when later calls run (for one sequence of one step, or
+    of one feature, the layer API's dx is a view of memory that its next call reuses)."""
+    _, bridge = modules("elman", input_size=shape[2], hidden_size=3, batch_first=True)
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    bridge(x)[0].sum().backward()
+    kept = x.grad.clone()
+    bridge(3 * torch.randn(shape, dtype=torch.float64, requires_grad=True))[0].sum().backward()
+    assert torch.equal(x.grad, kept)
+
+
+def test_no_grad_keeps_nothing():
+    _, bridge = modules("elman", input_size=2, hidden_size=3)
+    with torch.no_grad():
+        out, h = bridge(torch.randn(4, 2, 2, dtype=torch.float64))
+    assert out.grad_fn is None and h.grad_fn is None
+
+
+def test_repr_names_truncation():
+    assert repr(ft.RNN(2, 3, truncate=5, stride=5)) == "RNN(2, 3, truncate=5, stride=5)"
