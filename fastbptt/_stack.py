@@ -107,7 +107,7 @@ class Direction:
     """One direction of one layer after the forward pass."""
 
     __slots__ = ("l", "d", "layer", "reverse", "states", "gates", "cells", "kept", "src",
-                 "width", "src_tm", "ids", "WTp", "Wp", "WTc")
+                 "width", "src_tm", "ids", "WTp", "Wp", "WTc", "UT")
 
     def __init__(self, l, d, layer, reverse):
         self.l, self.d, self.layer, self.reverse = l, d, layer, reverse
@@ -119,7 +119,7 @@ class Direction:
         self.width = 0           # features of src that are inputs
         self.src_tm = False
         self.ids = None          # token ids (T B,), in this direction's step order
-        self.WTp = self.Wp = self.WTc = None
+        self.WTp = self.Wp = self.WTc = self.UT = None
 
 
 class Forward:
@@ -131,7 +131,8 @@ class Forward:
     """
 
     __slots__ = ("problem", "plan", "dirs", "h_final", "c_final", "idx", "store", "H",
-                 "tag", "_buffers", "_views")
+                 "tag", "hid", "no_bh", "no_c_final", "X", "no_dh0", "dUT", "_buffers",
+                 "_views")
 
     def __init__(self, problem, plan, store):
         self.problem, self.plan = problem, plan
@@ -255,17 +256,19 @@ class Forward:
         dh0 = np.zeros(shape, p.dtype) if starts else None
         dc0 = np.zeros(shape, p.dtype) if starts and p.cell == "lstm" else None
         buffers = self.gradient_buffers()
+        no_dc = self.scratch("no dc", (0, H), p.dtype)
         dx = None
         for l in range(len(self.dirs) - 1, -1, -1):
             if dh_final is not None:
                 for direction, buf in zip(self.dirs[l], buffers):
                     _inject_final(p, buf, tm, dh_final[l * D + direction.d], H)
-            below = [self._buffer(d) for d in self.dirs[l - 1]] if l else None
-            dX = _dx_targets(self, l, below, need_dx)
+            below = dX = None
+            if l or (need_dx and not p.ids):
+                below = [self._buffer(d) for d in self.dirs[l - 1]] if l else None
+                dX = _dx_targets(self, l, below, need_dx)
             for direction, buf in zip(self.dirs[l], buffers):
                 s = l * D + direction.d
-                dcf = dc_final[s] if dc_final is not None else \
-                    self.scratch("no dc", (0, H), p.dtype)
+                dcf = dc_final[s] if dc_final is not None else no_dc
                 grads[l][direction.d] = self._layer_backward(direction, buf, dh0, dc0, dcf,
                                                              dX)
                 if dh_final is not None or dc_final is not None:
@@ -287,16 +290,15 @@ class Forward:
         GH = layer.W.shape[0]
         dU, dW, db = np.empty(layer.U.shape, dtype), np.empty(layer.W.shape, dtype), \
             np.empty(GH, dtype)
-        dbh = np.empty(GH if layer.bh is not None else 0, dtype)
+        dbh = np.empty(GH, dtype) if layer.bh is not None else self.no_bh
         S, Z, C, E = self.backward_arrays(direction)
         dZ, dZh = self._gate_buffers(direction, buf)
         gated = dZ is not buf
         starts = dh0 is not None
         if plan.back_tm:
-            X = self.scratch("X", (B, buf.shape[1]), dtype)
-            none = self.scratch("no dh0", (0, H), dtype)
+            none = self.no_dh0
             backward_narrow(self.tag, S, Z, E, C, direction.Wp, layer.W, p.activation,
-                            plan.chunk, p.lengths, dcf, buf, dZ, dZh, X, dW, db, dbh,
+                            plan.chunk, p.lengths, dcf, buf, dZ, dZh, self.X, dW, db, dbh,
                             dh0[s] if starts else none,
                             dc0[s] if starts and dc0 is not None else none)
         else:
@@ -307,8 +309,7 @@ class Forward:
                 dh0_t = dc0_t = self.scratch("no dh0 fm", (H, 0), dtype)
             n = T * B
             backward(self.tag, S, Z, E, C, direction.WTp, p.activation, plan.chunk,
-                     p.truncate or 0, p.stride, p.lengths, dcf, buf, dZ, dZh,
-                     self.scratch("X", (H if gated else 0, B), dtype),
+                     p.truncate or 0, p.stride, p.lengths, dcf, buf, dZ, dZh, self.X,
                      self.scratch("fprime", (0 if gated else H, n), dtype),
                      self._lags(direction, buf, dZ, dZh), dW, db, dbh, dh0_t, dc0_t)
             if starts:
@@ -316,9 +317,7 @@ class Forward:
                 if dc0 is not None:
                     dc0[s] = dc0_t.T
         if direction.src is None:
-            N = dZ.shape[1] if plan.back_tm else 0
-            scatter_ids(dZ, plan.back_tm, direction.ids, dU,
-                        self.scratch("dUT", (p.sizes[0] if plan.back_tm else 0, N), dtype))
+            scatter_ids(dZ, plan.back_tm, direction.ids, dU, self.dUT)
         else:
             target = dX[direction.d] if dX is not None else _no_dx(dtype)
             dense_grads(dZ, plan.back_tm, direction.src, direction.width, direction.src_tm,
@@ -498,8 +497,20 @@ def _forward_for(p, plan, store):
             # several sequences (one sequence walks rows in blocks twice as wide)
             panels = plan.narrow and GH > H and NG * dtype.itemsize > 4 * PANEL and B >= NARROW
             direction.WTc = store.get(f"WTc{name}", (H * NG if panels else 0,), dtype)
+            by_rows = plan.narrow and T * B >= 16 * p.sizes[0]   # see `gather_inputs`
+            direction.UT = store.get(f"UT{name}", (p.sizes[0], GH) if by_rows else (0, 0),
+                                     dtype)
             row.append(direction)
         fw.dirs.append(row)
+    # scratch of every call of this shape (empty where the cell or layout has no use for it)
+    fw.hid = fw.scratch("hid", ((B, NG if gru else 0) if plan.narrow else
+                                (GH if gru else 0, B)), dtype)
+    fw.no_bh = fw.scratch("no bh", (0,), dtype)
+    fw.no_c_final = fw.scratch("no c_final", (len(p.model.layers) * D, B, 0), dtype)
+    fw.no_dh0 = fw.scratch("no dh0", (0, H), dtype)
+    fw.X = fw.scratch("X", (B, N) if plan.back_tm else (H if GH > H else 0, B), dtype)
+    fw.dUT = fw.scratch("dUT", (p.sizes[0] if plan.back_tm else 0, NG if plan.back_tm else 0),
+                        dtype)
     if key is not None:
         store.put_object(key, fw)
     return fw
@@ -520,7 +531,7 @@ def run_forward(problem, store=workspace):
     fw = _forward_for(p, plan, store)
     S = len(p.model.layers) * D
     fw.h_final = h_final = np.empty((S, B, H), dtype)
-    fw.c_final = c_final = np.empty((S, B, H if p.cell == "lstm" else 0), dtype)
+    fw.c_final = c_final = np.empty((S, B, H), dtype) if p.cell == "lstm" else fw.no_c_final
     fw.idx = idx
     x_ids = p.x.T.reshape(-1) if p.ids else None
     x_dense = None if p.ids else _dense_x(p, store)
@@ -540,8 +551,7 @@ def run_forward(problem, store=workspace):
             bias = bias_or_zeros(layer.b, GH, dtype)
             if l == 0 and p.ids:
                 direction.ids = x_ids[idx] if direction.reverse else x_ids
-                UT = fw.scratch("UT", (L, GH) if plan.narrow else (0, 0), dtype)
-                gather_inputs(direction.ids, layer.U, UT, bias, gates, plan.narrow)
+                gather_inputs(direction.ids, layer.U, direction.UT, bias, gates, plan.narrow)
             else:
                 if l == 0:
                     src, width, src_tm = x_dense, L, False
@@ -553,23 +563,21 @@ def run_forward(problem, store=workspace):
                 project_inputs(src, width, src_tm, layer.U, bias, gates, plan.narrow)
             pad_weights(layer.W, direction.WTp, direction.Wp)
             s = l * D + direction.d
-            bh = bias_or_zeros(layer.bh, GH, dtype) if gru else fw.scratch("no bh", (0,), dtype)
+            bh = bias_or_zeros(layer.bh, GH, dtype) if gru else fw.no_bh
             states, cells = direction.states, direction.cells
             if plan.narrow:
-                hid = fw.scratch("hid", (B, direction.WTp.shape[1] if gru else 0), dtype)
                 WTc = direction.WTc
                 if WTc.size:
                     panel_columns(direction.WTp, WTc)
                 forward_narrow(fw.tag, direction.WTp, WTc, p.activation, p.lengths, p.h0[s],
                                p.c0[s] if p.c0 is not None else p.h0[s], gates, states,
-                               direction.kept, cells, hid, bh, h_final[s], c_final[s])
+                               direction.kept, cells, fw.hid, bh, h_final[s], c_final[s])
             else:
                 states[:, 0] = p.h0[s].T
                 if p.cell == "lstm":
                     cells[:, 0] = p.c0[s].T
                 forward(fw.tag, layer.W, p.activation, p.lengths, gates, states,
-                        direction.kept, cells, fw.scratch("hid", (GH if gru else 0, B), dtype),
-                        bh, fw.scratch("columns", (H * B,), dtype))
+                        direction.kept, cells, fw.hid, bh, fw.scratch("columns", (H * B,), dtype))
                 h_final[s] = states[:, p.lengths, np.arange(B)].T
                 if p.cell == "lstm":
                     c_final[s] = cells[:, p.lengths, np.arange(B)].T

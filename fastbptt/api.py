@@ -23,10 +23,14 @@ def _validate(x, y, params, **options):
 _NO_IDS = np.empty(0, np.int64)
 
 
-def _kernel_targets(problem, fw):
+_NO_Y = {np.dtype(np.float32): np.empty((0, 0), np.float32),
+         np.dtype(np.float64): np.empty((0, 0), np.float64)}
+
+
+def _kernel_targets(problem):
     """y for the kernels: ids (T B,) or dense (C, T B), the other empty."""
     if problem.y_ids:
-        return problem.y.T.reshape(-1), fw.scratch("no y", (0, 0), problem.dtype)
+        return problem.y.T.reshape(-1), _NO_Y[problem.dtype]
     dense = np.ascontiguousarray(problem.y.transpose(2, 1, 0)).reshape(-1, problem.T * problem.B)
     return _NO_IDS, dense
 
@@ -35,14 +39,14 @@ def _errors(problem, fw):
     """(loss, err (C, T B)) of the output layer over the top layer's states."""
     model = problem.model
     C = problem.sizes[2]
-    y_ids, y_dense = _kernel_targets(problem, fw)
+    y_ids, y_dense = _kernel_targets(problem)
     n = problem.T * problem.B
+    err = fw.scratch("err", (C, n), problem.dtype)
     total = output_errors(fw.top(), fw.plan.narrow, model.V,
                           bias_or_zeros(model.c, C, problem.dtype), problem.loss, y_ids,
-                          y_dense, problem.y_ids, problem.lengths,
-                          fw.scratch("err", (C, n), problem.dtype),
+                          y_dense, problem.y_ids, problem.lengths, err,
                           fw.scratch("sums", (6, n), np.float64))
-    return float(total), fw.scratch("err", (C, n), problem.dtype)
+    return float(total), err
 
 
 def _head_backward(problem, fw, err):
@@ -54,7 +58,8 @@ def _head_backward(problem, fw, err):
     top = fw.dirs[-1]
     fw.convert_states()
     if len(top) == 1 and not top[0].reverse:
-        states = steps(fw.backward_arrays(top[0])[0], tm, H)
+        states = fw.top() if fw.plan.narrow == tm else steps(fw.backward_arrays(top[0])[0],
+                                                             tm, H)
         G = fw.gradient_buffers()[0]
         output_backward(err, states, tm, model.V, G[:, :H] if tm else G, dV, dc)
     else:

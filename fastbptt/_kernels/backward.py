@@ -33,7 +33,7 @@ def _inject(X, lengths, t, dcf):
                     X[i, b] += dcf[b, i]
 
 
-@jit(inline="always")
+@jit
 def _sweep(cell, Zm, Sm, Em, Cm, WT, chunk, B, blas, dH, dZ, dZh, X, fp, act, lengths,
            dcf):
     """One pass from the last step to the first; X (H, B) carries the cell's own carry."""
@@ -45,10 +45,11 @@ def _sweep(cell, Zm, Sm, Em, Cm, WT, chunk, B, blas, dH, dZ, dZh, X, fp, act, le
         else:
             X[:] = 0
         _inject(X, lengths, t, dcf)
-        backward_fm(cell, dH, dZ, dZh, lo, Zm, Sm, Em, Cm, hi, B, X, 0, fp, B, act, fp[:0])
+        backward_fm(cell, dH, dZ, dZh, lo, Zm, Sm, Em, Cm, hi, B, X, 0, fp, B, act, fp[:0],
+                    False)
 
 
-@jit(inline="always")
+@jit
 def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, lags, X0,
                lengths, dcf):
     """dZ and dZh summed over lags j < k (see the module's docstring); X0 (H, B) <- the
@@ -61,27 +62,34 @@ def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, la
     z_is_zh = z.ctypes.data == zh.ctypes.data
     apart = dZh.ctypes.data != dZ.ctypes.data
     n = T * B
-    xp[:] = 0
-    if dcf.shape[0]:
-        for b in range(B):
-            if lengths[b]:
-                for i in range(xp.shape[0]):
-                    xp[i, (lengths[b] - 1) * B + b] = dcf[b, i]
-    backward_fm(cell, dH, dZ, dZh, 0, Zm, Sm, Em, Cm, B, B, xp, 0, fp, n, act, prev[:0])
-    for i in range(dZh.shape[0]):
-        prev[i, :] = dZh[i]
+    carries = xp.shape[0] > 0                   # the cell has a carry of its own (X)
+    fused = sums(cell)
+    if carries:
+        xp[:] = 0
+        if dcf.shape[0]:
+            for b in range(B):
+                if lengths[b]:
+                    for i in range(xp.shape[0]):
+                        xp[i, (lengths[b] - 1) * B + b] = dcf[b, i]
+    backward_fm(cell, dH, dZ, dZh, 0, Zm, Sm, Em, Cm, B, B, xp, 0, fp, n, act,
+                prev if fused else prev[:0], False)
+    if not fused:
+        for i in range(dZh.shape[0]):
+            prev[i, :] = dZh[i]
     X0[:] = xp[:, :B]
     for j in range(1, min(k, T)):
         n = (T - j) * B
         gemm(WT, prev[:, B:n + B], h[:, :n], 1.0, 0.0, False, False, blas)
-        xn[:, :n] = xp[:, B:n + B]              # the carries, one step later
+        if carries:
+            xn[:, :n] = xp[:, B:n + B]          # the carries, one step later
         for r in range(T - j):
             if (r + j) % s < j - (k - s):       # r < lo(r + j): this output stops here
-                h[:, r * B:(r + 1) * B] = 0
-                xn[:, r * B:(r + 1) * B] = 0
-        fused = sums(cell)
+                for i in range(h.shape[0]):
+                    h[i, r * B:(r + 1) * B] = 0
+                for i in range(xn.shape[0]):
+                    xn[i, r * B:(r + 1) * B] = 0
         backward_fm(cell, h, z, zh, 0, Zm, Sm, Em, Cm, B, B, xn, 0, fp, n, act,
-                    dZ if fused else dZ[:0])
+                    dZ if fused else dZ[:0], True)
         if not fused:
             for i in range(dZ.shape[0]):
                 a = z[i, :n]
@@ -94,7 +102,8 @@ def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, la
                 out = dZh[i, :n]
                 for c in range(n):
                     out[c] += a[c]
-        X0 += xn[:, :B]
+        if carries:
+            X0 += xn[:, :B]
         prev, zh = zh, prev
         if h_is_zh:
             h = zh

@@ -17,13 +17,14 @@ only the rows they need.
 - ``prepare_fm(Sm, fp, B, act)``: before a feature-major backward pass (Elman's f').
 - ``forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf)`` and
   ``forward_tm(Z, S, E, C, Hid, t, b, H, act)``: the step from its gates.
-- ``backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total)`` and
+- ``backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total, add)`` and
   ``backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act)``: from dH = dL/dh_t (the
   injected gradient plus W^T dZh_{t+1}) and the cell's own carry X from step t + 1
   (zero where truncation cuts it), the input-side gradients dZ of the gates, the
   hidden-side ones dZh, and in X, in place, the carry to step t - 1. A cell whose
-  ``SUMS`` is True also adds dZ to ``total`` when it is not empty (the lag-major
-  pass's sum, fused into the same pass over memory); for the others the driver adds.
+  ``SUMS`` is True also adds dZ to ``total`` (``add``) or copies it there when
+  ``total`` is not empty (the lag-major pass's sum and its copy of the lag, fused into
+  the same pass over memory); for the others the driver does it.
 - ``to_h0(X, dh0, dc0)``: what the carry after step 0 adds to dL/dh0 and dL/dc0.
 
 Z holds the gates (the inputs' part U x + b before the forward step), S/s the states
@@ -61,7 +62,7 @@ def forward_tm(tag, Z, S, E, C, Hid, t, b, H, act):
     _stub(tag)
 
 
-def backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total):
+def backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total, add):
     _stub(tag)
 
 
@@ -97,11 +98,11 @@ def _forward_tm(tag, Z, S, E, C, Hid, t, b, H, act):
 
 
 @overload(backward_fm, inline="always")
-def _backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total):
+def _backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total, add):
     impl = _module(tag).backward_fm
 
-    def call(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total):
-        impl(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total)
+    def call(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total, add):
+        impl(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total, add)
 
     return call
 

@@ -31,19 +31,26 @@ def forward_tm(Z, S, E, C, Hid, t, b, H, act):
 
 
 @jit(inline="always")
-def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total):
+def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total, add):
     """delta = dL/dh * f'(a) in place on n columns of dH from cd (dZ and dZh are dH),
-    each also added to ``total``'s first n columns unless it is empty (the lag-major
-    pass's sum, in the same pass over memory)."""
+    each also added to (``add``) or written into ``total``'s first n columns unless it is
+    empty (the lag-major pass's sum and its copy of a lag, in the same pass over
+    memory)."""
     for i in range(dH.shape[0]):
         row = dH[i, cd:cd + n]
         f = fp[i, cd:cd + n]
         if total.shape[0]:
             out = total[i, :n]
-            for j in range(n):
-                v = row[j] * f[j]
-                row[j] = v
-                out[j] += v
+            if add:
+                for j in range(n):
+                    v = row[j] * f[j]
+                    row[j] = v
+                    out[j] += v
+            else:
+                for j in range(n):
+                    v = row[j] * f[j]
+                    row[j] = v
+                    out[j] = v
         else:
             for j in range(n):
                 row[j] *= f[j]

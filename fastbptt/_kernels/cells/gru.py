@@ -77,7 +77,7 @@ def forward_tm(Z, S, E, C, Hid, t, b, H, act):
 
 
 @jit(inline="always")
-def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total):
+def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total, add):
     H = dH.shape[0]
     d = cd
     e = cd + n
