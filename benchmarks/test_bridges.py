@@ -2,8 +2,7 @@
 of the same framework (`fastbptt.bench.bridge_steps`), grouped by step.
 
 Each case warms up (the first call compiles, traces or loads a cache), checks that the
-first-step losses of the two sides agree, then times one step per round. Where fastbptt
-cannot run a cell yet, its side is skipped and the native side still timed.
+first-step losses of the two sides agree, then times one step per round.
 """
 import functools
 
@@ -21,11 +20,7 @@ def prepared(name):
     if reason:
         pytest.skip(f"{step.framework}: {reason}")
     calls, note, _, _ = make(step)
-    first = {"native": calls["native"]()}
-    try:
-        first["fastbptt"] = calls["fastbptt"]()
-    except NotImplementedError as error:
-        first["fastbptt"] = error
+    first = {side: calls[side]() for side in SIDES}
     return calls, note, first
 
 
@@ -33,11 +28,7 @@ def prepared(name):
                          ids=[f"{n}-{s}" for n in STEPS for s in SIDES])
 def test_step(benchmark, name, side):
     calls, note, first = prepared(name)
-    if isinstance(first["fastbptt"], NotImplementedError):
-        if side == "fastbptt":
-            pytest.skip(f"fastbptt cannot run {name} yet ({first['fastbptt']})")
-    else:
-        assert first["fastbptt"] == pytest.approx(first["native"], rel=1e-4)
+    assert first["fastbptt"] == pytest.approx(first["native"], rel=1e-4)
     benchmark.group = f"{name}: {STEPS[name].what}"
     benchmark.extra_info.update(step=name, side=side, note=note)
     benchmark(calls[side])

@@ -1,9 +1,8 @@
 """Every workload of the registry (W1-W5, S1-S3, G1-G5) for every implementation that runs
 it, grouped by workload.
 
-Each case checks the peer's loss and gradients against fastbptt's (or, on a workload the
-installed fastbptt cannot run yet, against the first of the other peers that can), warms
-up (the first call compiles, traces or loads a cache), then times one call per round.
+Each case checks the peer's loss and gradients against fastbptt's, warms up (the first
+call compiles, traces or loads a cache), then times one call per round.
 """
 import functools
 
@@ -24,19 +23,8 @@ def data(name):
 
 
 @functools.lru_cache(maxsize=None)
-def outcome(name, peer_name):
-    workload = WORKLOADS[name]
-    return PEERS[peer_name].make(workload, *data(name))()
-
-
-def expected(name, peer_name):
-    """``(reference name, (loss, grads))`` for a peer's agreement check: fastbptt's outcome,
-    else the first other peer's that runs the workload, else None."""
-    for other in PEERS.values():
-        if (other.name != peer_name and other.slug != "reference" and other.runs(name)
-                and not other.unavailable(WORKLOADS[name])):
-            return other.name, outcome(name, other.name)
-    return None
+def fastbptt_outcome(name):
+    return PEERS["fastbptt"].make(WORKLOADS[name], *data(name))()
 
 
 @pytest.mark.parametrize("name, peer_name", CASES)
@@ -51,10 +39,8 @@ def test_workload(benchmark, request, name, peer_name):
     call = peer.make(workload, *data(name))
     outcome = call()                                     # warm-up
     if peer.name != "fastbptt":
-        reference = expected(name, peer.name)
-        if reference is not None:
-            agreement = compare(peer.name, workload, outcome, reference[1], reference[0])
-            assert agreement.ok, agreement.describe()
+        agreement = compare(peer.name, workload, outcome, fastbptt_outcome(name))
+        assert agreement.ok, agreement.describe()
     benchmark.group = name
     benchmark.extra_info.update(workload=workload.describe(), implementation=peer.name,
                                 flops=workload.flops, note=call.note)

@@ -1,5 +1,4 @@
 """Shared fixtures: small random problems for every combination of options."""
-import functools
 import warnings
 import zlib
 
@@ -128,23 +127,3 @@ def kernel_path(request, monkeypatch):
         monkeypatch.setattr(_stack, "NARROW_BYTES", -1)
     return request.param
 
-
-_GATES = {"elman": 1, "gru": 3, "lstm": 4}
-
-
-@functools.cache
-def _cell_runs(cell):
-    G = _GATES[cell]
-    try:
-        fastbptt.layer.forward(np.zeros((1, 1)), fastbptt.Layer(np.zeros((G, 1)),
-                                                                np.zeros((G, 1))))
-    except NotImplementedError:
-        return False
-    return True
-
-
-def require_cell(cell):
-    """Skip unless fastbptt runs this cell: tests of the gated cells run by themselves once
-    their kernels land (until then fastbptt raises NotImplementedError for them)."""
-    if not _cell_runs(cell):
-        pytest.skip(f"the {cell.upper()} kernels are not built")

@@ -138,19 +138,6 @@ def params(case_list):
     return pytest.mark.parametrize("case", case_list, ids=lambda c: c.id)
 
 
-def _kernels(fn, case):
-    """fastbptt's kernels: a gated cell whose kernels are not built yet skips (and runs
-    as soon as they are)."""
-    def call(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except NotImplementedError:
-            if case.cell == "elman":
-                raise
-            pytest.skip(f"the {case.cell} kernels are not built")
-    return call
-
-
 def _torch(name):
     def get(case):
         pytest.importorskip("torch")
@@ -176,8 +163,7 @@ def _reference_bptt(case):
 
 IMPLS = {
     "reference": Impl(_reference_bptt, lambda case: reference.layer_vjp),
-    "kernels": Impl(lambda case: _kernels(fastbptt.bptt, case),
-                    lambda case: _kernels(fastbptt.layer.vjp, case)),
+    "kernels": Impl(lambda case: fastbptt.bptt, lambda case: fastbptt.layer.vjp),
     "torch": Impl(_torch("bptt"), _torch("vjp"), lambda name: name in ("tanh", "relu"),
                   lambda family: family == "full"),
 }

@@ -1,5 +1,6 @@
-"""The bench's registry: workloads, flop counts, data, and the peers' agreement on tiny
-versions of the stacked, bidirectional, gated and layer workloads (S1-S3, G1-G5).
+"""The bench's registry: workloads, flop counts, data, and fastbptt's and the peers'
+agreement on tiny versions of the stacked, bidirectional, gated and layer workloads
+(S1-S3, G1-G5).
 
 The peer tests need PyTorch and/or JAX and skip with the reason where they are missing.
 """
@@ -8,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from fastbptt.bench import fastbptt_stack
+import fastbptt
 from fastbptt.bench.agreement import compare
 from fastbptt.bench.peers import PEERS, as_numpy
 from fastbptt.bench.stacks import GATES, flatten, grad_names
@@ -56,13 +57,11 @@ def counted_flops(w, params):
     forward and backward of each layer and direction, then the head."""
     flops = 0
     B = w.B
-    if w.documents_model:                          # W: one layer, U (H, L), W (H, H)
-        layers = [[(params.U, params.W)]]
-        V = params.V
-    else:
-        layers, V = params.layers, params.V
+    # W: a Params (one layer, U (H, L), W (H, H)); else a Model
+    layers = [[params]] if w.documents_model else params.layers
     for l, row in enumerate(layers):
-        for U, W in row:
+        for layer in row:
+            U, W = layer.U, layer.W
             gh, n_in = U.shape
             dense = l > 0 or w.inputs == "dense"
             for _ in range(w.T):
@@ -74,8 +73,8 @@ def counted_flops(w, params):
                     flops += 2 * gh * B * n_in              # dU += δ_t x_tᵀ
                     if l > 0 or w.kind == "layer":
                         flops += 2 * B * gh * n_in          # dx_t = Uᵀ δ_t
-    if V is not None:
-        C, width = V.shape
+    if params.V is not None:
+        C, width = params.V.shape
         flops += 3 * w.T * 2 * B * C * width                # V h_t, Vᵀ e_t, dV
     return flops
 
@@ -106,25 +105,27 @@ def test_flops_of_the_new_workloads():
 @pytest.mark.parametrize("name", NEW)
 def test_data_chains_layer_to_layer(name):
     w = tiny(name)
-    x, y, stack = make_data(w)
+    x, y, model = make_data(w)
     directions = 2 if w.bidirectional else 1
     G = GATES[w.cell]
-    assert len(stack.layers) == w.num_layers
+    assert isinstance(model, fastbptt.Model) and model.c is None
+    assert len(model.layers) == w.num_layers
     width = w.L
-    for row in stack.layers:
+    for row in model.layers:
         assert len(row) == directions
-        for U, W in row:
-            assert U.shape == (G * w.H, width) and W.shape == (G * w.H, w.H)
-            assert U.dtype == W.dtype == np.dtype(w.dtype)
+        for layer in row:
+            assert isinstance(layer, fastbptt.Layer) and layer.b is None and layer.bh is None
+            assert layer.U.shape == (G * w.H, width) and layer.W.shape == (G * w.H, w.H)
+            assert layer.U.dtype == layer.W.dtype == np.dtype(w.dtype)
         width = w.H * directions
     steps = (w.T,) if w.B == 1 else (w.B, w.T)
     assert x.shape == steps + ((w.L,) if w.inputs == "dense" else ())
     if w.kind == "layer":
-        assert stack.V is None and y.shape == steps + (w.H * directions,)
+        assert model.V is None and y.shape == steps + (w.H * directions,)
     else:
-        assert stack.V.shape == (w.C, width) and y.shape == steps
+        assert model.V.shape == (w.C, width) and y.shape == steps
         assert y.min() >= 0 and y.max() < w.C
-    assert len(grad_names(w)) == len(flatten(stack.layers, stack.V))
+    assert len(grad_names(w)) == len(flatten(model.layers, model.V))
     assert np.array_equal(make_data(w)[0], x)                  # seeded
 
 
@@ -144,42 +145,10 @@ def test_every_workload_has_fastbptt_and_the_framework_peers():
         assert PEERS["PyTorch"].runs(name) and PEERS["JAX"].runs(name)
 
 
-@pytest.mark.parametrize("name", NEW)
-def test_fastbptt_says_what_it_lacks_or_runs(name):
-    reason = PEERS["fastbptt"].unavailable(WORKLOADS[name])
-    assert reason is None or reason.startswith("fastbptt has no ")
-
-
-def test_fastbptt_call_passes_weights_and_returns_gradients_in_order(monkeypatch):
-    """The adapter against stand-ins for the stacked API it is written for: the weights
-    reach `fastbptt.bptt` in their places, and its gradients come back flat in order."""
-    import collections
-
-    import fastbptt
-
-    Layer = collections.namedtuple("Layer", "U W b bh", defaults=(None, None))
-    Model = collections.namedtuple("Model", "layers V c")
-
-    def init_params(L, H, C, **options):
-        directions = 2 if options["bidirectional"] else 1
-        return Model([[Layer(None, None)] * directions] * options["num_layers"], None, None)
-
-    Result = collections.namedtuple("Result", "loss grads")
-    monkeypatch.setattr(fastbptt, "Layer", Layer, raising=False)
-    monkeypatch.setattr(fastbptt, "Model", Model, raising=False)
-    monkeypatch.setattr(fastbptt, "init_params", init_params)
-    monkeypatch.setattr(fastbptt, "bptt", lambda x, y, model: Result(1.5, model))
-    w = tiny("G5")
-    assert fastbptt_stack.unavailable(w) is None
-    x, y, stack = make_data(w)
-    loss, grads = fastbptt_stack.make(w, x, y, stack)()
-    assert loss == 1.5
-    assert all(g is s for g, s in zip(grads, flatten(stack.layers, stack.V), strict=True))
-
-
-def _framework_outcomes(w, data):
-    """{implementation: (loss, grads)} from both PyTorch variants and JAX, where installed."""
-    outcomes = {}
+def _outcomes(w, data):
+    """{implementation: (loss, grads)} from fastbptt, and from both PyTorch variants and
+    JAX where installed."""
+    outcomes = {"fastbptt": PEERS["fastbptt"].make(w, *data)()}
     if PEERS["PyTorch"].unavailable(w) is None:
         from fastbptt.bench.torch_stack import variants
         for variant, run in variants(w, *data).items():
@@ -193,7 +162,7 @@ def _framework_outcomes(w, data):
 def test_peers_agree_on_a_tiny_version(name):
     w = tiny(name)
     data = make_data(w)
-    outcomes = _framework_outcomes(w, data)
+    outcomes = _outcomes(w, data)
     if len(outcomes) < 2:
         pytest.skip("needs PyTorch or JAX (neither is installed)")
     for (a, out_a), (b, out_b) in itertools.combinations(outcomes.items(), 2):
@@ -205,9 +174,9 @@ def test_peers_agree_on_a_tiny_version(name):
         assert loss.shape == data[1].shape and grads[-1].shape == data[0].shape
 
 
-def test_bench_times_the_peers_of_a_workload_fastbptt_cannot_run(monkeypatch):
-    """`fastbptt bench` on a tiny S1: the peers are checked (against fastbptt or each
-    other) and timed, and the table, the JSON and the notes say what ran."""
+def test_bench_times_fastbptt_and_the_peers_of_a_stacked_workload(monkeypatch):
+    """`fastbptt bench` on a tiny S1: fastbptt is timed, the peers are checked against it
+    and timed, and the table, the JSON and the notes say what ran."""
     import json
 
     from fastbptt.bench import report, runner, workloads
@@ -215,7 +184,7 @@ def test_bench_times_the_peers_of_a_workload_fastbptt_cannot_run(monkeypatch):
     monkeypatch.setitem(workloads.WORKLOADS, "S1", tiny("S1"))
     result = runner.run(names=("S1",), repeat=3, budget=0.05)
     (r,) = result.results
-    assert (r.fastbptt is None) == bool(r.skipped)
+    assert r.fastbptt.median > 0
     assert {entry.status for entry in r.peers.values()} <= {"timed", "unavailable"}
     text = report.table(result)
     assert "S1" in text and "GF/s (% peak)" in text

@@ -14,7 +14,6 @@ import jax.numpy as jnp                                                   # noqa
 
 import fastbptt                                                           # noqa: E402
 import fastbptt.jax as fj                                                 # noqa: E402
-from conftest import require_cell                                         # noqa: E402
 
 GATES = {"elman": 1, "gru": 3, "lstm": 4}
 TOLERANCE = 1e-10
@@ -131,7 +130,6 @@ CASES = {
 @pytest.mark.parametrize("cell", GATES)
 @pytest.mark.parametrize("case", CASES)
 def test_matches_scan(cell, case):
-    require_cell(cell)
     c = CASES[case]
     rng = np.random.default_rng(0)
     p = draw(cell, rng, bias=c["bias"])
@@ -145,7 +143,6 @@ def test_matches_scan(cell, case):
 @pytest.mark.parametrize("cell", GATES)
 def test_one_sequence_and_dict_params(cell):
     """x (T, L) is the batch of one; params as a dict get gradients as a dict."""
-    require_cell(cell)
     rng = np.random.default_rng(1)
     p = draw(cell, rng)
     p = {"U": p.U, "W": p.W, "b": p.b} if cell != "gru" else p._asdict()
@@ -207,7 +204,6 @@ def test_kept_states_or_the_forward_pass_again():
 
 @pytest.mark.parametrize("cell", GATES)
 def test_nan_propagates(cell):
-    require_cell(cell)
     rng = np.random.default_rng(6)
     p = draw(cell, rng)
     x = jnp.asarray(rng.normal(size=(B, T, L))).at[1, 3, 0].set(jnp.nan)
@@ -215,17 +211,6 @@ def test_nan_propagates(cell):
     assert bool(jnp.isnan(h[1, 3:]).all()) and not bool(jnp.isnan(h[jnp.array([0, 2])]).any())
     g = jax.grad(lambda p: layer_fn(cell)(p, x)[0].sum())(p)
     assert bool(jnp.isnan(g.W).any())
-
-
-@pytest.mark.parametrize("cell", ["gru", "lstm"])
-def test_a_cell_without_kernels_is_refused_while_tracing(cell):
-    from conftest import _cell_runs
-
-    if _cell_runs(cell):
-        pytest.skip(f"the {cell.upper()} kernels are built")
-    p = draw(cell, np.random.default_rng(9))
-    with pytest.raises(NotImplementedError, match=f"no {cell.upper()} kernels"):
-        jax.jit(lambda p: layer_fn(cell)(p, jnp.zeros((B, T, L)))[0])(p)
 
 
 def test_refusals_while_tracing():

@@ -12,7 +12,6 @@ from torch.nn.utils.rnn import pack_padded_sequence                       # noqa
 
 import fastbptt                                                           # noqa: E402
 import fastbptt.torch as ft                                               # noqa: E402
-from conftest import require_cell                                         # noqa: E402
 
 CELLS = {"elman": "RNN", "gru": "GRU", "lstm": "LSTM"}
 TOLERANCE = 1e-10
@@ -20,7 +19,6 @@ TOLERANCE = 1e-10
 
 def modules(cell, seed=0, **options):
     """(native, bridge) with the same weights, float64."""
-    require_cell(cell)
     name = CELLS[cell]
     torch.manual_seed(seed)
     native = getattr(torch.nn, name)(dtype=torch.float64, **options)

@@ -5,7 +5,7 @@ Imported only by ``fastbptt bench``, ``benchmarks/`` (pytest-benchmark) and
 PyTorch, JAX, matplotlib or tqdm until a measurement asks for them.
 
 - `workloads`: the fixed workloads W1 ... W5, S1 ... S3, G1 ... G5, their seeded data and
-  flop counts; `stacks`: the stacked and gated workloads' weights, in one neutral form.
+  flop counts; `stacks`: the stacked and gated workloads' weights, as a `fastbptt.Model`.
 - `peers`: the one registry of implementations (fastbptt, the documents' loop, PyTorch,
   JAX) that the command and both suites time, and the thread control for all of them.
   Each family is a module: `torch_peer` and `jax_peer` run W1 ... W5, `torch_stack`,

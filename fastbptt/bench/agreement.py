@@ -1,5 +1,4 @@
-"""Before a peer is timed, its loss and gradients are checked against fastbptt's (or,
-on a workload fastbptt cannot run yet, against the first peer that ran it).
+"""Before a peer is timed, its loss and gradients are checked against fastbptt's.
 
 Each difference is relative to the largest entry: max |peer − fastbptt| / max |fastbptt|
 per gradient (and for S3's layer output h), |Δloss| / |loss| for the loss. A peer that

@@ -7,14 +7,13 @@ native layer, in one process, same weights (``fastbptt bench --torch`` / ``--jax
   both, so that both modules take the same dense input.
 - T4 (`jax_steps`): ``jit(value_and_grad)`` with ``fastbptt.jax.lstm`` against a
   ``lax.scan`` LSTM. T5, not in the issue's table, is the same with the Elman cell at T1's
-  sizes: the JAX bridge's figures while the gated kernels are not built.
+  sizes.
 
 The native and the fastbptt step are timed in turns, one call each per round, so that
 load from other processes falls on both alike; medians are reported. The bridge's own
 cost is the time a layer's forward and backward through the bridge spends outside
 `fastbptt.layer`'s calls (`own_cost`). The first step of each is compared (loss within
-1e-4 relative) before timing. Where fastbptt cannot run a cell yet (NotImplementedError),
-the native step is timed alone.
+1e-4 relative) before timing.
 """
 from __future__ import annotations
 
@@ -133,10 +132,11 @@ def own_cost(layer, owner, repeat=30):
 class Result(NamedTuple):
     step: Step
     medians: dict               # "native", "fastbptt" -> seconds per step
-    cost: Optional[dict]        # `own_cost` of the bridge's layer, or None
-    losses: tuple               # first-step losses (native, fastbptt), or (native, None)
+    cost: Optional[dict]        # `own_cost` of the bridge's layer
+    losses: tuple               # first-step losses (native, fastbptt)
     note: str
-    skipped: str = ""           # why fastbptt was not timed
+    skipped: str = ""           # why the step was not timed (its framework is missing):
+                                # then medians is {}, cost None and losses (None, None)
 
 
 def unavailable(step, threads=1):
@@ -153,21 +153,14 @@ def run_step(step, threads=1, repeat=30, budget=6.0):
     if reason:
         return Result(step, {}, None, (None, None), "", f"{step.framework}: {reason}")
     calls, note, layer, owner = make(step, threads)
-    native = calls["native"]()
-    skipped, ours, cost = "", None, None
-    try:
-        ours = calls["fastbptt"]()
-    except NotImplementedError as error:
-        skipped = f"fastbptt cannot run it yet ({error})"
-        calls = {"native": calls["native"]}
-    if ours is not None and abs(ours - native) > 1e-4 * abs(native):
+    native, ours = calls["native"](), calls["fastbptt"]()
+    if abs(ours - native) > 1e-4 * abs(native):
         raise AssertionError(f"{step.name}: first-step loss {ours} (fastbptt) vs {native} "
                              "(native) differ by more than 1e-4 relative")
     times = measure_turns(calls, repeat, budget)
-    if ours is not None:
-        cost = own_cost(layer, owner, repeat)
+    cost = own_cost(layer, owner, repeat)
     medians = {name: statistics.median(t) for name, t in times.items()}
-    return Result(step, medians, cost, (native, ours), note, skipped)
+    return Result(step, medians, cost, (native, ours), note)
 
 
 def run(names, threads=1, repeat=30, budget=6.0, progress=print):

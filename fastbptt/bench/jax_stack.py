@@ -20,7 +20,7 @@ from .stacks import flatten
 __all__ = ["make"]
 
 
-def make(workload, x, y, stack, threads=1):
+def make(workload, x, y, model, threads=1):
     jax = start(threads)
     import jax.numpy as jnp
 
@@ -31,7 +31,8 @@ def make(workload, x, y, stack, threads=1):
     x = np.asarray(x)
     batched = x if x.ndim == (3 if w.inputs == "dense" else 2) else x[None]
     inputs = jnp.asarray(batched.astype(np.float32 if w.inputs == "dense" else np.int32))
-    layers = [[tuple(jnp.asarray(a) for a in pair) for pair in row] for row in stack.layers]
+    layers = [[(jnp.asarray(layer.U), jnp.asarray(layer.W)) for layer in row]
+              for row in model.layers]
 
     if w.kind == "layer":
         def vjp(layers, inputs, dh):
@@ -51,7 +52,7 @@ def make(workload, x, y, stack, threads=1):
             return -jnp.take_along_axis(log_p, targets[..., None], axis=-1).sum()
 
         call = jax.jit(jax.value_and_grad(loss))
-        weights = (layers, jnp.asarray(stack.V))
+        weights = (layers, jnp.asarray(model.V))
         targets = jnp.asarray(np.atleast_2d(y).astype(np.int32))
 
         def run():

@@ -28,7 +28,8 @@ def make(step, threads=1):
 
     w = WORKLOADS[step.workload]
     x, y, params = make_data(w)
-    (U, W), = params.layers[0] if hasattr(params, "layers") else ((params.U, params.W),)
+    first = params.layers[0][0] if isinstance(params, fastbptt.Model) else params
+    U, W = first.U, first.W
     ids = jnp.asarray(np.asarray(x, np.int32))
     targets = jnp.asarray(np.asarray(y, np.int32))
     scan = _layers(jax, w)

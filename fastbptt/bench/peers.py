@@ -1,7 +1,7 @@
 """The one registry of implementations that ``fastbptt bench`` and both suites time.
 
-Each `Peer` has a name, the workloads it runs, an availability check per workload that
-imports its library only when called, and a factory ``make(workload, x, y, params) ->
+Each `Peer` has a name, the workloads it runs, an availability check per workload (PyTorch
+and JAX are optional installs) that imports its library only when called, and a factory ``make(workload, x, y, params) ->
 Call``. A `Call` runs forward + loss + every gradient and returns ``(loss, grads)``: the
 gradients flat in `stacks.flatten`'s order (for W1 ... W5 ``(dU, dW, dV)``), in
 fastbptt's orientation (U is weight_ih (G·H, in), W weight_hh (G·H, H), V (C, H·D)),
@@ -90,13 +90,6 @@ def _make_fastbptt(workload, x, y, params):
     return make(workload, x, y, params)
 
 
-def _fastbptt_unavailable(workload):
-    if workload.documents_model:
-        return None
-    from .fastbptt_stack import unavailable
-    return unavailable(workload)
-
-
 def _make_peer(package):
     """A factory for PyTorch or JAX: `<package>_peer` runs W1 ... W5, `<package>_stack`
     the others."""
@@ -134,8 +127,7 @@ def _jax_threads(n):
 _FRAMEWORKS = ("W2", "W3", "W5") + GROUPS["S"] + GROUPS["G"]
 
 PEERS = {p.name: p for p in [
-    Peer("fastbptt", "fastbptt", _make_fastbptt, workloads=tuple(WORKLOADS),
-         unavailable=_fastbptt_unavailable),
+    Peer("fastbptt", "fastbptt", _make_fastbptt, workloads=tuple(WORKLOADS)),
     Peer("documents' loop", "reference", _make_reference, workloads=("W1",),
          on_request=("W3", "W4")),
     Peer("PyTorch", "torch", _make_peer("torch"), workloads=_FRAMEWORKS,

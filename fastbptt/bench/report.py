@@ -52,7 +52,7 @@ def _rows(report, header, cells):
 
 
 def _ms(timing):
-    return "n/a" if timing is None else f"{timing.median * 1e3:.3f}"
+    return f"{timing.median * 1e3:.3f}"
 
 
 def table(report):
@@ -60,16 +60,14 @@ def table(report):
     peers = _peer_names(report)
 
     def cells(r):
-        gflops, percent = r.gflops, r.percent_of_peak
         return ([_ms(r.fastbptt)] + [_ratio_cell(r, p) for p in peers]
-                + ["-" if gflops is None else f"{gflops:.1f}",
-                   "-" if percent is None else f"{percent:.0f}%", str(r.threads)])
+                + [f"{r.gflops:.1f}", f"{r.percent_of_peak:.0f}%", str(r.threads)])
 
     out = _rows(report, ["workload", "fastbptt ms"] + [f"vs {p}" for p in peers]
                 + ["GF/s", "% peak", "threads"], cells)
     out.append("")
     out.append("vs X: X's median time / fastbptt's (higher is better for fastbptt); "
-               "n/a: not installed (fastbptt: cannot run it yet); wrong: disagreed, not timed")
+               "n/a: not installed; wrong: disagreed, not timed")
     out.append("% peak: GF/s (flop counts in fastbptt.bench.workloads) over this process's "
                f"1024x1024 gemm on {report.threads} thread(s): "
                f"sgemm {report.peak['float32']:.1f} GF/s for float32, "
@@ -89,8 +87,7 @@ def table(report):
 
 def _times(report, peers):
     def cells(r):
-        row = ["n/a" if r.fastbptt is None
-               else f"{r.fastbptt.median * 1e3:.3f} ({r.fastbptt.cores:.1f})"]
+        row = [f"{r.fastbptt.median * 1e3:.3f} ({r.fastbptt.cores:.1f})"]
         for p in peers:
             entry = r.peers.get(p)
             if entry is None or entry.timing is None:
@@ -117,8 +114,7 @@ def _speeds(report, peers):
 
 
 def _notes(report, peers):
-    notes = [f"{r.workload.name}: fastbptt not timed: {r.skipped}"
-             for r in report.results if r.skipped]
+    notes = []
     for r in report.results:
         if r.scaling and 1 in r.scaling and 2 in r.scaling:
             t1, t2 = r.scaling[1].median, r.scaling[2].median
@@ -133,8 +129,7 @@ def _notes(report, peers):
     rows = [_check_row(r, p, r.peers[p]) for r in report.results for p in peers
             if p in r.peers]
     if rows:
-        notes.append("peers, checked before timing against fastbptt, or where fastbptt "
-                     "cannot run the workload, against the first peer (difference relative "
+        notes.append("peers, checked before timing against fastbptt (difference relative "
                      "to the largest entry; worst gradient named; tolerance " + ", ".join(
                          f"{v:.0e} {k}" for k, v in TOLERANCE.items()) + "):")
         notes += ["  " + line for line in _grid(rows, right_from=99)]
@@ -143,9 +138,8 @@ def _notes(report, peers):
 
 def _check_row(result, peer, entry):
     agreement = entry.agreement
-    if agreement is None:
-        verdict = "reference" if entry.status == "timed" else entry.status
-        return [result.workload.name, peer, verdict, "", "", "", entry.note]
+    if agreement is None:                   # not installed, or failed before the check
+        return [result.workload.name, peer, entry.status, "", "", "", entry.note]
     value = "h" if "h" in agreement.errors else "loss"
     name, worst = agreement.worst_gradient
     verdict = {"timed": "agrees"}.get(entry.status, entry.status)
@@ -211,8 +205,7 @@ def as_json(report):
             }
         results.append({
             "workload": r.workload._asdict(), "flops": r.workload.flops, "threads": r.threads,
-            "fastbptt": r.fastbptt.as_dict() if r.fastbptt else None,
-            "fastbptt_skipped": r.skipped or None, "gflops": r.gflops,
+            "fastbptt": r.fastbptt.as_dict(), "gflops": r.gflops,
             "percent_of_peak": r.percent_of_peak, "peers": peers,
             "threads_scaling": {str(n): t.as_dict() for n, t in r.scaling.items()},
         })
@@ -240,7 +233,7 @@ def plot(report, path):
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-    results = [r for r in report.results if r.fastbptt is not None]
+    results = report.results
     peers = [p for p in _peer_names(report) if any(r.ratio(p) is not None for r in results)]
     names = [r.workload.name for r in results]
     fig = Figure(figsize=(1.6 + 1.3 * len(names), 4.2), layout="constrained")

@@ -2,9 +2,7 @@
 
 Per workload: seeded data, fastbptt warmed up (compiled) and timed, then each peer made,
 warmed up, checked against fastbptt and, if it agrees, timed; every call is in this one
-process, with the same thread count for every implementation. Where the installed
-fastbptt cannot run a workload yet (a cell or layer API still missing), the peers are
-timed without it, each checked against the first peer that ran.
+process, with the same thread count for every implementation.
 """
 from __future__ import annotations
 
@@ -40,17 +38,16 @@ class PeerResult:
 class WorkloadResult:
     workload: Workload
     threads: int
-    fastbptt: Optional[Timing]          # None: fastbptt cannot run this workload yet
+    fastbptt: Timing
     peak: float                         # gemm GF/s of this dtype at these threads
-    skipped: str = ""                   # why fastbptt was not timed
     peers: dict = field(default_factory=dict)           # peer name -> PeerResult
     scaling: dict = field(default_factory=dict)         # threads -> Timing (SCALED)
     scaling_peak: dict = field(default_factory=dict)    # threads -> sgemm GF/s (SCALED)
 
     def ratio(self, peer):
-        """Peer time over fastbptt time, or None when either was not timed."""
+        """Peer time over fastbptt time, or None when the peer was not timed."""
         result = self.peers.get(peer)
-        if result is None or result.timing is None or self.fastbptt is None:
+        if result is None or result.timing is None:
             return None
         return result.timing.median / self.fastbptt.median
 
@@ -70,8 +67,7 @@ class WorkloadResult:
 
     @property
     def percent_of_peak(self):
-        gflops = self.gflops
-        return None if gflops is None else 100 * gflops / self.peak
+        return 100 * self.gflops / self.peak
 
 
 @dataclass
@@ -140,31 +136,22 @@ def _peers_for(name, with_peers, reference):
             yield peer
 
 
-def _time_peer(peer, workload, data, reference, repeat, budget, progress):
-    """Make, check against ``reference`` = {name: outcome} and time one peer; with no
-    reference yet, its outcome becomes the reference (stored in the dict)."""
+def _time_peer(peer, workload, data, expected, repeat, budget, progress):
+    """Make, check against fastbptt's outcome ``expected`` and time one peer."""
     reason = peer.unavailable(workload)
     if reason:
         progress.write(f"  {workload.name} {peer.name}: skipped, {reason}")
         return PeerResult("unavailable", note=reason)
     try:
         call = peer.make(workload, *data)
-        outcome = call()
-        against = next(iter(reference), None)
-        agreement = (compare(peer.name, workload, outcome, reference[against], against)
-                     if against else None)
+        agreement = compare(peer.name, workload, call(), expected)
     except Exception as error:                                 # a peer's own failure
         note = f"{error.__class__.__name__}: {error}"
         progress.write(f"  {workload.name} {peer.name}: failed, {note}")
         return PeerResult("failed", note=note)
-    if agreement is None:
-        reference[peer.name] = outcome
-        progress.write(f"  {workload.name} {peer.name}: the reference of the check "
-                       f"[{call.note}]")
-    else:
-        progress.write("  " + agreement.describe() + (f" [{call.note}]" if call.note else ""))
-        if not agreement.ok:
-            return PeerResult("disagrees", agreement=agreement, note=call.note)
+    progress.write("  " + agreement.describe() + (f" [{call.note}]" if call.note else ""))
+    if not agreement.ok:
+        return PeerResult("disagrees", agreement=agreement, note=call.note)
     once = workload.name in peer.on_request                   # slow: one call is enough
     timing = measure(call, repeat=1 if once else repeat, budget=budget, warmup=0)
     return PeerResult("timed", timing, agreement, call.note)
@@ -208,24 +195,20 @@ def run(names=DEFAULT, threads=1, repeat=50, budget=2.0, with_peers=True,
     for w in workloads:
         progress.step(f"{w.name} fastbptt")
         data = make_data(w)
-        skipped = PEERS["fastbptt"].unavailable(w)
-        result = WorkloadResult(w, get_threads(), None, peak[w.dtype], skipped or "")
-        reference = {}
-        if skipped:
-            progress.write(f"{w.name} ({w.describe()}): fastbptt skipped, {skipped}")
-        else:
-            call = PEERS["fastbptt"].make(w, *data)
-            reference["fastbptt"] = call()                     # compiles or loads the cache
-            result.fastbptt = measure(call, repeat=repeat, budget=budget, warmup=1)
-            progress.write(f"{w.name} ({w.describe()}): fastbptt "
-                           f"{result.fastbptt.median * 1e3:.3f} ms")
+        call = PEERS["fastbptt"].make(w, *data)
+        expected = call()                                      # compiles or loads the cache
+        result = WorkloadResult(w, get_threads(),
+                                measure(call, repeat=repeat, budget=budget, warmup=1),
+                                peak[w.dtype])
+        progress.write(f"{w.name} ({w.describe()}): fastbptt "
+                       f"{result.fastbptt.median * 1e3:.3f} ms")
         progress.done()
         for peer in plan[w.name]:
             progress.step(f"{w.name} {peer.name}")
-            result.peers[peer.name] = _time_peer(peer, w, data, reference, repeat, budget,
+            result.peers[peer.name] = _time_peer(peer, w, data, expected, repeat, budget,
                                                  progress)
             progress.done()
-        if w.name in SCALED and not skipped:
+        if w.name in SCALED:
             progress.step(f"{w.name} fastbptt on 1 and 2 threads")
             _scaling(result, call, repeat, budget)
         results.append(result)

@@ -27,11 +27,11 @@ __all__ = ["make", "variants"]
 MODULES = {"elman": "RNN", "lstm": "LSTM", "gru": "GRU"}
 
 
-def make(workload, x, y, stack, threads=1):
-    return fastest(variants(workload, x, y, stack, threads))
+def make(workload, x, y, model, threads=1):
+    return fastest(variants(workload, x, y, model, threads))
 
 
-def variants(workload, x, y, stack, threads=1):
+def variants(workload, x, y, model, threads=1):
     """{variant name: function of no arguments returning ``(loss, grads)``}."""
     import torch
 
@@ -46,9 +46,9 @@ def variants(workload, x, y, stack, threads=1):
     else:
         ids = torch.from_numpy(batched.astype(np.int64))
         features = torch.nn.functional.one_hot(ids, w.L).to(getattr(torch, w.dtype))
-    finish = _finish(torch, w, y, stack.V, np.shape(y), features)
-    return {f"nn.{MODULES[w.cell]}": _module(torch, w, stack, features, finish),
-            "autograd loop": _loop(torch, w, stack, ids, features, finish)}
+    finish = _finish(torch, w, y, model.V, np.shape(y), features)
+    return {f"nn.{MODULES[w.cell]}": _module(torch, w, model, features, finish),
+            "autograd loop": _loop(torch, w, model, ids, features, finish)}
 
 
 def _finish(torch, w, y, V, shape, features):
@@ -77,17 +77,17 @@ def _finish(torch, w, y, V, shape, features):
     return finish
 
 
-def _module(torch, w, stack, features, finish):
+def _module(torch, w, model, features, finish):
     options = {"nonlinearity": w.activation} if w.cell == "elman" else {}
     module = getattr(torch.nn, MODULES[w.cell])(
         features.shape[-1], w.H, num_layers=w.num_layers, bidirectional=w.bidirectional,
         bias=False, batch_first=True, **options).to(getattr(torch, w.dtype))
     weights = []
     with torch.no_grad():
-        for layer, row in enumerate(stack.layers):
-            for d, pair in enumerate(row):
-                suffix = f"_l{layer}" + ("_reverse" if d else "")
-                for name, value in zip(("weight_ih", "weight_hh"), pair):
+        for l, row in enumerate(model.layers):
+            for d, layer in enumerate(row):
+                suffix = f"_l{l}" + ("_reverse" if d else "")
+                for name, value in (("weight_ih", layer.U), ("weight_hh", layer.W)):
                     weight = getattr(module, name + suffix)
                     weight.copy_(torch.from_numpy(value))
                     weights.append(weight)
@@ -102,13 +102,13 @@ def _module(torch, w, stack, features, finish):
     return run
 
 
-def _loop(torch, w, stack, ids, features, finish):
+def _loop(torch, w, model, ids, features, finish):
     import torch.nn.functional as F
 
     step = _steps(torch)[w.cell]
     f = {"tanh": torch.tanh, "relu": torch.relu, "sigmoid": torch.sigmoid}[w.activation]
-    layers = [[tuple(torch.from_numpy(a.copy()).requires_grad_() for a in pair)
-               for pair in row] for row in stack.layers]
+    layers = [[tuple(torch.from_numpy(a.copy()).requires_grad_() for a in (layer.U, layer.W))
+               for layer in row] for row in model.layers]
     B, T = features.shape[:2]
 
     def run():

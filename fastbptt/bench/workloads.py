@@ -146,8 +146,10 @@ def make_data(workload, seed=None):
     Sequences are (T, ...) when B = 1 (one sequence) and (B, T, ...) otherwise. x holds
     int64 token ids, or standard normal features (..., L) for dense inputs; y holds int64
     class ids, or, for a layer workload, the upstream gradient dh (..., H·directions),
-    standard normal. params is a `fastbptt.Params` without biases for W1 ... W5 (drawn
-    by `fastbptt.init_params`, as always) and a `stacks.Stack` for the others.
+    standard normal. params, without biases, is a `fastbptt.Params` for W1 ... W5
+    (drawn by `fastbptt.init_params`, as always) and a `fastbptt.Model` of
+    `fastbptt.Layer` for the others (drawn by `stacks.draw_stack`; V is None for the layer
+    workload).
     """
     if seed is None:
         seed = workload.seed

@@ -126,20 +126,6 @@ _run.defvjp(_run_fwd, _run_bwd)
 
 # ---- checks while tracing ---------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
-def _runs(cell, dtype, ids):
-    """Whether the installed fastbptt runs this cell (on such inputs): a call on one step
-    of one feature or id. A cell whose kernels are not built must be refused while
-    tracing, not inside a callback."""
-    G = CELLS[cell]
-    x = np.zeros(1, np.int64) if ids else np.zeros((1, 1), dtype)
-    try:
-        _layer.forward(x, (np.zeros((G, 1), dtype), np.zeros((G, 1), dtype)), cell=cell)
-    except NotImplementedError:
-        return False
-    return True
-
-
 def _weights(params):
     """U and W of one layer's params."""
     if isinstance(params, dict):
@@ -205,8 +191,6 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
         if lengths.shape != lead[:-1] or not jnp.issubdtype(lengths.dtype, jnp.integer):
             raise ValueError(f"lengths must hold integers, shape {lead[:-1]} (one per sequence "
                              f"of x); got {lengths.shape} {lengths.dtype}")
-    if not _runs(cell, np.dtype(dtype), ids):
-        raise NotImplementedError(f"the installed fastbptt has no {cell.upper()} kernels yet")
     outputs = (h, final) + ((final,) if cell == "lstm" else ())
     opts = Options(cell, activation, reverse, truncate, stride, treedef, ids, outputs)
     return opts, leaves, x, h0, c0, lengths
