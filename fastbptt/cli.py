@@ -288,8 +288,7 @@ def build_parser():
         "bench", help="time the workloads against the documents' loop, PyTorch and JAX",
         description="Median of repeated calls per workload, all in this process, the same "
                     "thread count for every implementation; peers are checked against "
-                    "fastbptt (or, where fastbptt cannot run a workload yet, against the "
-                    "first peer) before they are timed. Run it as `env -u OPENBLAS_CORETYPE "
+                    "fastbptt before they are timed. Run it as `env -u OPENBLAS_CORETYPE "
                     "-u OPENBLAS_L2_SIZE fastbptt bench` where those variables are set.")
     b.add_argument("--workloads", type=_workload_names, default=None,
                    help="comma-separated names or groups W, S, G, e.g. W1,W3 or S,G3 (all)")
