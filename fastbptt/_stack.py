@@ -171,6 +171,12 @@ class Forward:
         d = direction
         if self.plan.narrow == self.plan.back_tm:
             return d.states, d.gates, d.cells, d.kept
+        arrays = self._views.get(d)
+        if arrays is None:
+            arrays = self._views[d] = self._feature_major_arrays(d)
+        return arrays
+
+    def _feature_major_arrays(self, d):
         p = self.problem
         shape = (p.T + 1, p.B)
         S = self.scratch(f"hs{d.l}.{d.d}~", (self.H,) + shape, p.dtype)
@@ -327,13 +333,21 @@ class Forward:
 
     def _lags(self, direction, dH, dZ, dZh):
         """The lag-major pass's scratch (`_kernels.backward._lag_major`), or empties."""
+        key = ("lags", self.plan.chunk == 0)
+        lags = self._views.get(key)
+        if lags is None:
+            lags = self._views[key] = self._new_lags(direction, dH, dZ, dZh)
+        return lags
+
+    def _new_lags(self, direction, dH, dZ, dZh):
         p, H = self.problem, self.H
         n = p.T * p.B
         if self.plan.chunk:
             empty = self.scratch("no lags", (0, 0), p.dtype)
             return (empty,) * 6
         GH = direction.layer.W.shape[0]
-        prev, h = self.scratch("lag prev", (GH, n), p.dtype), self.scratch("lag h", (H, n), p.dtype)
+        prev = self.scratch("lag prev", (GH, n), p.dtype)
+        h = self.scratch("lag h", (H, n), p.dtype)
         if dZ is dH:                                   # Elman: one array per lag
             x = self.scratch("lag x", (0, n), p.dtype)
             return prev, h, h, h, x, x
