@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._kernels.backward import backward
+from ._kernels.backward import backward_lag_major, backward_sweep
 from ._kernels.cells import TAGS
 from ._kernels.directions import permute_steps, reversal_index
 from ._kernels.forward import forward
@@ -314,10 +314,19 @@ class Forward:
             else:
                 dh0_t = dc0_t = self.scratch("no dh0 fm", (H, 0), dtype)
             n = T * B
-            backward(self.tag, S, Z, E, C, direction.WTp, p.activation, plan.chunk,
-                     p.truncate or 0, p.stride, p.lengths, dcf, buf, dZ, dZh, self.X,
-                     self.scratch("fprime", (0 if gated else H, n), dtype),
-                     self._lags(direction, buf, dZ, dZh), dW, db, dbh, dh0_t, dc0_t)
+            m = (T + 1) * B
+            Sm, Zm = S.reshape(H, m), Z.reshape(Z.shape[0], m)
+            Em, Cm = E.reshape(E.shape[0], m), C.reshape(C.shape[0], m)
+            fp = self.scratch("fprime", (0 if gated else H, n), dtype)
+            if plan.chunk:
+                backward_sweep(self.tag, Sm, Zm, Em, Cm, direction.WTp, p.activation,
+                               plan.chunk, p.lengths, dcf, buf, dZ, dZh, self.X, fp, dW, db,
+                               dbh, dh0_t, dc0_t)
+            else:
+                backward_lag_major(self.tag, Sm, Zm, Em, Cm, direction.WTp, p.activation,
+                                   p.truncate, p.stride, p.lengths, dcf, buf, dZ, dZh, self.X,
+                                   fp, self._lags(direction, buf, dZ, dZh), dW, db, dbh,
+                                   dh0_t, dc0_t)
             if starts:
                 dh0[s] = dh0_t.T
                 if dc0 is not None:
@@ -332,19 +341,15 @@ class Forward:
                      dbh if layer.bh is not None else None)
 
     def _lags(self, direction, dH, dZ, dZh):
-        """The lag-major pass's scratch (`_kernels.backward._lag_major`), or empties."""
-        key = ("lags", self.plan.chunk == 0)
-        lags = self._views.get(key)
+        """The lag-major pass's scratch (`_kernels.backward._lag_major`)."""
+        lags = self._views.get("lags")
         if lags is None:
-            lags = self._views[key] = self._new_lags(direction, dH, dZ, dZh)
+            lags = self._views["lags"] = self._new_lags(direction, dH, dZ, dZh)
         return lags
 
     def _new_lags(self, direction, dH, dZ, dZh):
         p, H = self.problem, self.H
         n = p.T * p.B
-        if self.plan.chunk:
-            empty = self.scratch("no lags", (0, 0), p.dtype)
-            return (empty,) * 6
         GH = direction.layer.W.shape[0]
         prev = self.scratch("lag prev", (GH, n), p.dtype)
         h = self.scratch("lag h", (H, n), p.dtype)

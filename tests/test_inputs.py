@@ -275,7 +275,8 @@ def no_kernels(monkeypatch):
     """Any kernel call fails the test: validation must reject the call before one runs."""
     def tripwire(*args):
         raise AssertionError("a kernel ran before validation rejected the call")
-    for name in ("forward", "forward_narrow", "backward", "backward_narrow",
+    for name in ("forward", "forward_narrow", "backward_sweep", "backward_lag_major",
+                 "backward_narrow",
                  "to_feature_major", "pad_weights", "gather_inputs", "project_inputs"):
         monkeypatch.setattr(_stack, name, tripwire)
     for name in ("output_errors", "output_backward"):

@@ -21,6 +21,7 @@ weights are single matrix products over all steps (those of the inputs are in `i
 from ._jit import jit
 from .blas import gemm, row_sums, scratch
 from .cells import backward_fm, prepare_fm, sums, to_h0
+from .copies import add_rows, copy_rows
 
 
 @jit(inline="always")
@@ -33,7 +34,7 @@ def _inject(X, lengths, t, dcf):
                     X[i, b] += dcf[b, i]
 
 
-@jit
+@jit(inline="always")
 def _sweep(cell, Zm, Sm, Em, Cm, WT, chunk, B, blas, dH, dZ, dZh, X, fp, act, lengths,
            dcf):
     """One pass from the last step to the first; X (H, B) carries the cell's own carry."""
@@ -49,7 +50,7 @@ def _sweep(cell, Zm, Sm, Em, Cm, WT, chunk, B, blas, dH, dZ, dZh, X, fp, act, le
                     False)
 
 
-@jit
+@jit(inline="always")
 def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, lags, X0,
                lengths, dcf):
     """dZ and dZh summed over lags j < k (see the module's docstring); X0 (H, B) <- the
@@ -74,14 +75,13 @@ def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, la
     backward_fm(cell, dH, dZ, dZh, 0, Zm, Sm, Em, Cm, B, B, xp, 0, fp, n, act,
                 prev if fused else prev[:0], False)
     if not fused:
-        for i in range(dZh.shape[0]):
-            prev[i, :] = dZh[i]
-    X0[:] = xp[:, :B]
+        copy_rows(prev, dZh)
+    copy_rows(X0, xp[:, :B])
     for j in range(1, min(k, T)):
         n = (T - j) * B
         gemm(WT, prev[:, B:n + B], h[:, :n], 1.0, 0.0, False, False, blas)
         if carries:
-            xn[:, :n] = xp[:, B:n + B]          # the carries, one step later
+            copy_rows(xn[:, :n], xp[:, B:n + B])    # the carries, one step later
         for r in range(T - j):
             if (r + j) % s < j - (k - s):       # r < lo(r + j): this output stops here
                 for i in range(h.shape[0]):
@@ -103,7 +103,7 @@ def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, la
                 for c in range(n):
                     out[c] += a[c]
         if carries:
-            X0 += xn[:, :B]
+            add_rows(X0, xn[:, :B])
         prev, zh = zh, prev
         if h_is_zh:
             h = zh
@@ -112,43 +112,55 @@ def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, la
         xp, xn = xn, xp
 
 
-@jit
-def backward(cell, S, Z, E, C, WTp, act, chunk, truncate, stride, lengths, dcf, dH, dZ, dZh,
-             X, fp, lags, dW, db, dbh, dh0, dc0):
-    """The gates' gradients for every step, and the gradients of W, b (bh) and h0 (c0).
-
-    S (H, T+1, B) from `forward`, Z (G H, T+1, B) its gates (Z is S for Elman), C and E
-    the LSTM's and GRU's arrays (else (0, T+1, B)). dH (H, T B) holds G_t = dL/dh_t on
-    entry (what the layer above or the loss injects at each step, SPEC.md §7); dZ and
-    dZh (G H, T B) receive the gates' gradients, input side and hidden side (for Elman
-    both are dH, for the LSTM dZh is dZ). chunk > 0 sweeps, cutting the carries into
-    each step t with (t + 1) % chunk == 0 (T + 1 for full BPTT, k for chunks); chunk = 0
-    runs lag-major with truncate = k, stride = s, and its scratch ``lags`` (see
-    `_lag_major`; unused otherwise). dcf (B, H): the LSTM's dL/dc_final, added at each
-    sequence's last real step (lengths (B,)), or (0, H). X (H, B) is scratch ((0, B) for
-    Elman); fp (H, T B) receives Elman's f'(a). WTp (H, N) is W^T zero-padded to N >= G H columns (`matvec.padded`).
-    Writes dW (G H, H), db (G H,), dbh (G H,) (the GRU's hidden-side bias; else empty),
-    dh0 (H, B) and dc0 (H, B) (pass (H, 0) when not needed).
-    Padding steps have zero G, so their gradients are zero and they add nothing.
-    """
-    H, T, B = S.shape[0], S.shape[1] - 1, S.shape[2]
-    GH = Z.shape[0]
-    Sm = S.reshape(H, (T + 1) * B)
-    Zm = Z.reshape(GH, (T + 1) * B)
-    Em = E.reshape(E.shape[0], (T + 1) * B)
-    Cm = C.reshape(C.shape[0], (T + 1) * B)
-    WT = WTp[:, :GH]
-    blas = scratch(dH)
-    prepare_fm(cell, Sm, fp, B, act)
-    if chunk > 0:
-        _sweep(cell, Zm, Sm, Em, Cm, WT, chunk, B, blas, dH, dZ, dZh, X, fp, act, lengths,
-               dcf)
-    else:
-        _lag_major(cell, Zm, Sm, Em, Cm, WT, truncate, stride, B, blas, dH, dZ, dZh, fp,
-                   act, lags, X, lengths, dcf)
+@jit(inline="always")
+def _finish(cell, Sm, WT, T, B, blas, dZ, dZh, X, dW, db, dbh, dh0, dc0):
+    """The gradients of W, b (bh), h0 (c0) from the gates' gradients of every step."""
     gemm(WT, dZh[:, :B], dh0, 1.0, 0.0, False, False, blas)
     to_h0(cell, X, dh0, dc0)
     gemm(dZh, Sm[:, :T * B], dW, 1.0, 0.0, False, True, blas)
     row_sums(dZ, db)
     if dbh.size:
         row_sums(dZh, dbh)
+
+
+@jit
+def backward_sweep(cell, Sm, Zm, Em, Cm, WTp, act, chunk, lengths, dcf, dH, dZ, dZh, X, fp,
+                   dW, db, dbh, dh0, dc0):
+    """The gates' gradients for every step by one sweep (full BPTT, or chunks of
+    ``chunk`` steps: the carries into each step t with (t + 1) % chunk == 0 are cut;
+    chunk = T + 1 cuts nothing), and the gradients of W, b (bh) and h0 (c0).
+
+    Sm (H, (T+1) B): the states of `forward`, step t's block at columns (t + 1) B, h0 at
+    0; Zm (G H, (T+1) B) its gates (Zm is Sm for Elman); Cm and Em the LSTM's and GRU's
+    arrays like Sm (else (0, (T+1) B)). dH (H, T B) holds G_t = dL/dh_t on entry (what the
+    layer above or the loss injects at each step, SPEC.md §7); dZ and dZh (G H, T B)
+    receive the gates' gradients, input side and hidden side (for Elman both are dH, for
+    the LSTM dZh is dZ). dcf (B, H): the LSTM's dL/dc_final, added at each sequence's
+    last real step (lengths (B,)), or (0, H). X (H, B) is scratch ((0, B) for Elman); fp
+    (H, T B) receives Elman's f'(a). WTp (H, N) is W^T zero-padded to N >= G H columns
+    (`matvec.padded`). Writes dW (G H, H), db (G H,), dbh (G H,) (the GRU's hidden-side
+    bias; else empty), dh0 (H, B) and dc0 (H, B) (pass (H, 0) when not needed).
+    Padding steps have zero G, so their gradients are zero and they add nothing.
+    """
+    B = lengths.shape[0]
+    T = dH.shape[1] // B
+    WT = WTp[:, :Zm.shape[0]]
+    blas = scratch(dH)
+    prepare_fm(cell, Sm, fp, B, act)
+    _sweep(cell, Zm, Sm, Em, Cm, WT, chunk, B, blas, dH, dZ, dZh, X, fp, act, lengths, dcf)
+    _finish(cell, Sm, WT, T, B, blas, dZ, dZh, X, dW, db, dbh, dh0, dc0)
+
+
+@jit
+def backward_lag_major(cell, Sm, Zm, Em, Cm, WTp, act, truncate, stride, lengths, dcf, dH,
+                       dZ, dZh, X, fp, lags, dW, db, dbh, dh0, dc0):
+    """`backward_sweep` for per-output windows BPTT(k; s), s < k: lag-major (see
+    `_lag_major`, whose scratch ``lags`` is) with truncate = k, stride = s."""
+    B = lengths.shape[0]
+    T = dH.shape[1] // B
+    WT = WTp[:, :Zm.shape[0]]
+    blas = scratch(dH)
+    prepare_fm(cell, Sm, fp, B, act)
+    _lag_major(cell, Zm, Sm, Em, Cm, WT, truncate, stride, B, blas, dH, dZ, dZh, fp, act, lags,
+               X, lengths, dcf)
+    _finish(cell, Sm, WT, T, B, blas, dZ, dZh, X, dW, db, dbh, dh0, dc0)

@@ -37,7 +37,7 @@ def gather_inputs(x_ids, U, UT, bias, out, time_major):
     if time_major:
         rows = _steps(out, True)
         if UT.size:
-            transpose_into(U, UT)
+            transpose_into(U[:, 0:U.shape[1]], UT[:, 0:UT.shape[1]])
             for tb in range(x_ids.shape[0]):
                 row = rows[tb]
                 col = UT[x_ids[tb]]
@@ -96,7 +96,7 @@ def scatter_ids(delta, time_major, x_ids, dU, dUT):
             row, out = delta[tb], dUT[x_ids[tb]]
             for i in range(delta.shape[1]):
                 out[i] += row[i]
-        transpose_into(dUT[:, :H], dU)
+        transpose_into(dUT[:, :H], dU[:, 0:dU.shape[1]])
     else:
         for i in range(H):
             row, out = delta[i], dU[i]

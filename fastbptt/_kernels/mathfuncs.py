@@ -167,3 +167,28 @@ def _tanh(x):
     if x == types.float32:
         return lambda x: tanh_fast32(x)
     return lambda x: math.tanh(x)
+
+
+# The gated cells apply these to one segment at a time. They are compiled once per
+# array type and called, not inlined into every step function: inlined, each call site
+# brought its own copy of the vector code, and compile time grew with them.
+
+@jit
+def sigmoid_in_place(v):
+    """v <- sigmoid(v) on a contiguous 1-D array."""
+    for j in range(v.shape[0]):
+        v[j] = sigmoid(v[j])
+
+
+@jit
+def tanh_in_place(v):
+    """v <- tanh(v) on a contiguous 1-D array."""
+    for j in range(v.shape[0]):
+        v[j] = tanh(v[j])
+
+
+@jit
+def tanh_into(src, dst):
+    """dst <- tanh(src), contiguous 1-D arrays of one length."""
+    for j in range(dst.shape[0]):
+        dst[j] = tanh(src[j])

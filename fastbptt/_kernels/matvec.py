@@ -140,7 +140,7 @@ def pad_weights(W, WTp, Wp):
     start on a 64-byte boundary."""
     GH, H = W.shape
     N = Wp.shape[1]
-    transpose_into(W, WTp[:, :GH])
+    transpose_into(W[:, 0:H], WTp[:, :GH])
     for i in range(H):
         WTp[i, GH:] = 0
     if _usable_as_is(W, N):

@@ -16,6 +16,7 @@ lag-major path of `backward` on a feature-major copy.
 from ._jit import jit
 from .blas import gemm, scratch, transpose_into
 from .cells import backward_tm, forward_tm, to_h0
+from .copies import add_row, copy_row, copy_rows
 from .matvec import passes, rows_axpy, rows_of_W
 
 NARROW = 4      # fewer sequences than this always run here
@@ -33,7 +34,7 @@ def panel_columns(WTp, WTc):
     H, NG = WTp.shape
     for c0 in range(0, NG, PANEL):
         w = min(PANEL, NG - c0)
-        WTc[c0 * H:(c0 + w) * H].reshape(H, w)[:] = WTp[:, c0:c0 + w]
+        copy_rows(WTc[c0 * H:(c0 + w) * H].reshape(H, w), WTp[:, c0:c0 + w])
 
 
 @jit
@@ -60,9 +61,9 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
     if lstm:
         C.reshape((T + 1) * B, N)[:, H:] = 0
     for b in range(B):
-        S[0, b, :H] = h0[b]
+        copy_row(S[0, b, :H], h0[b])
         if lstm:
-            C[0, b, :H] = c0[b]
+            copy_row(C[0, b, :H], c0[b])
     apart = Hid.shape[1] > 0
     GH = bh.shape[0]
     groups = passes(B)
@@ -70,7 +71,7 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
     for t in range(lengths.max()):
         if apart:
             for b in range(B):
-                Hid[b, :GH] = bh
+                copy_row(Hid[b, :GH], bh)
                 Hid[b, GH:] = 0
         target = Hid if apart else Z[t + 1]
         if WTc.size:
@@ -79,7 +80,7 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
                 panel = WTc[c0_ * H:(c0_ + w) * H].reshape(H, w)
                 rows_axpy(panel, S[t, :, :H], target[:, c0_:c0_ + w], t * groups % 2 == 1)
         else:
-            rows_axpy(WTp, S[t, :, :H], target, t * groups % 2 == 1)
+            rows_axpy(WTp, S[t, :, :H], target[:, 0:NG], t * groups % 2 == 1)
         for b in range(B):
             if t < lengths[b]:
                 forward_tm(cell, Z, S, E, C, Hid, t, b, H, act)
@@ -87,19 +88,19 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
                 S[t + 1, b] = 0
                 C[t + 1, b] = 0
     for b in range(B):              # padding steps: zeros, which the backward pass reads
-        h_final[b] = S[lengths[b], b, :H]
+        copy_row(h_final[b], S[lengths[b], b, :H])
         S[lengths[b] + 1:, b] = 0
         Z[lengths[b] + 1:, b] = 0
         E[lengths[b] + 1:, b] = 0
         if c_final.shape[1]:
-            c_final[b] = C[lengths[b], b, :H]
+            copy_row(c_final[b], C[lengths[b], b, :H])
 
 
 @jit
 def to_feature_major(seqs, hs):
     """hs (H, T+1, B) <- the states of seqs (T+1, B, N), for the lag-major backward."""
     H, T1, B = hs.shape
-    transpose_into(seqs.reshape(T1 * B, seqs.shape[2])[:, :H], hs.reshape(H, T1 * B))
+    transpose_into(seqs.reshape(T1 * B, seqs.shape[2])[:, :H], hs.reshape(H, T1 * B)[:, 0:T1 * B])
 
 
 @jit
@@ -129,14 +130,14 @@ def backward_narrow(cell, S, Z, E, C, Wp, W, act, chunk, lengths, dcf, dH, dZ, d
     groups, done = passes(B), 0
     for t in range(T - 1, -1, -1):
         if t + 1 < T and (t + 1) % chunk != 0:
-            rows_axpy(R, dZh[(t + 1) * B:(t + 2) * B, :GH], dH[t * B:(t + 1) * B],
+            rows_axpy(R, dZh[(t + 1) * B:(t + 2) * B, :GH], dH[t * B:(t + 1) * B, 0:N],
                       done % 2 == 1)
             done += groups
         else:
             X[:] = 0
         for b in range(B):
             if dcf.shape[0] and lengths[b] == t + 1:
-                X[b, :H] += dcf[b]
+                add_row(X[b, :H], dcf[b])
             backward_tm(cell, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act)
     gemm(dZh[:, :GH], before, dW, 1.0, 0.0, True, False, blas)   # sum_t dZh_t h_{t-1}^T
     gemm(dZh[:dh0.shape[0], :GH], W, dh0, 1.0, 0.0, False, False, blas)

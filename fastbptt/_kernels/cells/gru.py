@@ -17,21 +17,22 @@ entry:
 Loops read and write few arrays each, so that they vectorize (see `lstm`).
 """
 from .._jit import jit
-from ..mathfuncs import sigmoid, tanh
+from ..copies import add_row, add_rows, copy_row
+from ..mathfuncs import sigmoid_in_place, tanh_in_place
 
 SUMS = False       # backward_fm does not add to the lag-major sum itself
 
 
 @jit(inline="always")
 def _forward(zr, zz, zn, hr, hz, hn, hp, e, h):
-    for j in range(zr.shape[0]):
-        zr[j] = sigmoid(zr[j] + hr[j])
-    for j in range(zz.shape[0]):
-        zz[j] = sigmoid(zz[j] + hz[j])
-    for j in range(e.shape[0]):
-        e[j] = hn[j]
+    add_row(zr, hr)
+    sigmoid_in_place(zr)
+    add_row(zz, hz)
+    sigmoid_in_place(zz)
+    copy_row(e, hn)
     for j in range(zn.shape[0]):
-        zn[j] = tanh(zn[j] + zr[j] * e[j])
+        zn[j] += zr[j] * e[j]
+    tanh_in_place(zn)
     for j in range(h.shape[0]):
         h[j] = (1 - zz[j]) * zn[j] + zz[j] * hp[j]
 
@@ -87,8 +88,8 @@ def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total
         _backward(dH[i, d:e], Zm[i, s:u], Zm[H + i, s:u], Zm[2 * H + i, s:u],
                   Sm[i, s - B:u - B], Em[i, s:u], X[i, cx:cx + n], dZ[i, d:e],
                   dZ[H + i, d:e], dZ[2 * H + i, d:e], dZh[2 * H + i, d:e])
-        dZh[i, d:e] = dZ[i, d:e]
-        dZh[H + i, d:e] = dZ[H + i, d:e]
+        copy_row(dZh[i, d:e], dZ[i, d:e])
+        copy_row(dZh[H + i, d:e], dZ[H + i, d:e])
 
 
 @jit(inline="always")
@@ -99,11 +100,11 @@ def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
     _backward(dH[t * B + b, :H], z[:H], z[H:2 * H], z[2 * H:3 * H], S[t, b, :H],
               E[t + 1, b, :H], X[b, :H], dz[:H], dz[H:2 * H], dz[2 * H:3 * H],
               dzh[2 * H:3 * H])
-    dzh[:2 * H] = dz[:2 * H]
+    copy_row(dzh[:2 * H], dz)
 
 
 @jit(inline="always")
 def to_h0(X, dh0, dc0):
     """The direct term u_0 dh_0 completes dL/dh0 (empty dh0: not asked for)."""
     if dh0.size:
-        dh0 += X
+        add_rows(dh0, X)
