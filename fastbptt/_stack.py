@@ -529,7 +529,7 @@ def _forward_for(p, plan, store):
     fw.no_dh0 = fw.scratch("no dh0", (0, H), dtype)
     fw.X = fw.scratch("X", (B, N) if plan.back_tm else (H if GH > H else 0, B), dtype)
     fw.dUT = fw.scratch("dUT", (p.sizes[0] if plan.back_tm else 0, NG if plan.back_tm else 0),
-                        dtype)
+                        np.float64)
     if key is not None:
         store.put_object(key, fw)
     return fw

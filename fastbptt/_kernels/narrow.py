@@ -13,6 +13,8 @@ matrix products with transposed operands, and nothing is transposed in memory.
 Only the sweeps (full BPTT and chunks) run here; per-output windows take the
 lag-major path of `backward` on a feature-major copy.
 """
+import numpy as np
+
 from ._jit import jit
 from .blas import gemm, scratch, transpose_into
 from .cells import backward_tm, forward_tm, to_h0
@@ -92,6 +94,7 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
         S[lengths[b] + 1:, b] = 0
         Z[lengths[b] + 1:, b] = 0
         E[lengths[b] + 1:, b] = 0
+        C[lengths[b] + 1:, b] = 0
         if c_final.shape[1]:
             copy_row(c_final[b], C[lengths[b], b, :H])
 
@@ -149,9 +152,12 @@ def backward_narrow(cell, S, Z, E, C, Wp, W, act, chunk, lengths, dcf, dH, dZ, d
 
 @jit(inline="always")
 def _column_sums(d, GH, out):
-    """out (G H,) <- the sum over rows of d's first G H columns."""
-    out[:] = 0
+    """out (G H,) <- the sum over rows of d's first G H columns, summed in float64 (see
+    `inputs.scatter_ids`)."""
+    acc = np.zeros(GH, np.float64)
     for tb in range(d.shape[0]):
         row = d[tb]
         for i in range(GH):
-            out[i] += row[i]
+            acc[i] += row[i]
+    for i in range(GH):
+        out[i] = acc[i]
