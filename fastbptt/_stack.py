@@ -64,12 +64,20 @@ class Plan(NamedTuple):
     back_tm: bool         # the backward pass runs time-major
 
 
+_PLANS = {}
+
+
 def make_plan(problem):
     """The layouts and the backward mode of a validated problem, chosen once."""
     narrow = _narrow(problem)
     k, s = problem.truncate, problem.stride     # None: nothing is cut (`prepare`)
     chunk = problem.T + 1 if k is None else (k if s == k else 0)
-    return Plan(narrow, chunk, narrow and chunk > 0)
+    plan = _PLANS.get((narrow, chunk))
+    if plan is None:
+        if len(_PLANS) > 64:
+            _PLANS.clear()
+        plan = _PLANS[narrow, chunk] = Plan(narrow, chunk, narrow and chunk > 0)
+    return plan
 
 
 _ZEROS = {}
@@ -131,8 +139,8 @@ class Forward:
     """
 
     __slots__ = ("problem", "plan", "dirs", "h_final", "c_final", "idx", "store", "H",
-                 "tag", "hid", "no_bh", "no_c_final", "X", "no_dh0", "dUT", "_buffers",
-                 "_views")
+                 "tag", "hid", "no_bh", "no_c_final", "X", "no_dh0", "no_dc", "dUT",
+                 "_buffers", "_views")
 
     def __init__(self, problem, plan, store):
         self.problem, self.plan = problem, plan
@@ -256,13 +264,17 @@ class Forward:
         p, plan, H = self.problem, self.plan, self.H
         D = len(self.dirs[0])
         tm = plan.back_tm
-        grads = [[None] * D for _ in self.dirs]
         starts = p.h0_given or p.c0_given
         shape = (len(self.dirs) * D, p.B, H)
         dh0 = np.zeros(shape, p.dtype) if starts else None
         dc0 = np.zeros(shape, p.dtype) if starts and p.cell == "lstm" else None
         buffers = self.gradient_buffers()
-        no_dc = self.scratch("no dc", (0, H), p.dtype)
+        no_dc = self.no_dc
+        if len(self.dirs) == D == 1 and dh_final is None and dc_final is None and not need_dx:
+            # one layer, one direction, nothing more injected: the loop below in short
+            layer = self._layer_backward(self.dirs[0][0], buffers[0], dh0, dc0, no_dc, None)
+            return ((layer,),), dh0, dc0, None
+        grads = [[None] * D for _ in self.dirs]
         dx = None
         for l in range(len(self.dirs) - 1, -1, -1):
             if dh_final is not None:
@@ -332,7 +344,7 @@ class Forward:
                 if dc0 is not None:
                     dc0[s] = dc0_t.T
         if direction.src is None:
-            scatter_ids(dZ, plan.back_tm, direction.ids, dU, self.dUT)
+            scatter_ids(dZ, plan.back_tm, direction.ids, dU, *self.dUT)
         else:
             target = dX[direction.d] if dX is not None else _no_dx(dtype)
             dense_grads(dZ, plan.back_tm, direction.src, direction.width, direction.src_tm,
@@ -527,9 +539,10 @@ def _forward_for(p, plan, store):
     fw.no_bh = fw.scratch("no bh", (0,), dtype)
     fw.no_c_final = fw.scratch("no c_final", (len(p.model.layers) * D, B, 0), dtype)
     fw.no_dh0 = fw.scratch("no dh0", (0, H), dtype)
+    fw.no_dc = fw.scratch("no dc", (0, H), dtype)
     fw.X = fw.scratch("X", (B, N) if plan.back_tm else (H if GH > H else 0, B), dtype)
-    fw.dUT = fw.scratch("dUT", (p.sizes[0] if plan.back_tm else 0, NG if plan.back_tm else 0),
-                        np.float64)
+    dUT = (p.sizes[0], NG) if plan.back_tm else (0, 0)
+    fw.dUT = (fw.scratch("dUT", dUT, dtype), fw.scratch("dUT64", dUT, np.float64))
     if key is not None:
         store.put_object(key, fw)
     return fw

@@ -29,7 +29,7 @@ _NO_Y = {np.dtype(np.float32): np.empty((0, 0), np.float32),
 
 def _kernel_targets(problem):
     """y for the kernels: ids (T B,) or dense (C, T B), the other empty."""
-    if problem.y_ids:
+    if problem.y_ids:      # (also inlined in `_errors`, the hot path of small calls)
         return problem.y.T.reshape(-1), _NO_Y[problem.dtype]
     dense = np.ascontiguousarray(problem.y.transpose(2, 1, 0)).reshape(-1, problem.T * problem.B)
     return _NO_IDS, dense
@@ -39,7 +39,10 @@ def _errors(problem, fw):
     """(loss, err (C, T B)) of the output layer over the top layer's states."""
     model = problem.model
     C = problem.sizes[2]
-    y_ids, y_dense = _kernel_targets(problem)
+    if problem.y_ids:
+        y_ids, y_dense = problem.y.T.reshape(-1), _NO_Y[problem.dtype]
+    else:
+        y_ids, y_dense = _kernel_targets(problem)
     n = problem.T * problem.B
     err = fw.scratch("err", (C, n), problem.dtype)
     total = output_errors(fw.top(), fw.plan.narrow, model.V,

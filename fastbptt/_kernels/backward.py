@@ -50,7 +50,7 @@ def _sweep(cell, Zm, Sm, Em, Cm, WT, chunk, B, blas, dH, dZ, dZh, X, fp, act, le
                     False)
 
 
-@jit(inline="always")
+@jit
 def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, lags, X0,
                lengths, dcf):
     """dZ and dZh summed over lags j < k (see the module's docstring); X0 (H, B) <- the

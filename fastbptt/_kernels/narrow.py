@@ -19,6 +19,7 @@ from ._jit import jit
 from .blas import gemm, scratch, transpose_into
 from .cells import backward_tm, forward_tm, to_h0
 from .copies import add_row, copy_row, copy_rows
+from .inputs import EXACT_SUMS
 from .matvec import passes, rows_axpy, rows_of_W
 
 NARROW = 4      # fewer sequences than this always run here
@@ -152,8 +153,15 @@ def backward_narrow(cell, S, Z, E, C, Wp, W, act, chunk, lengths, dcf, dH, dZ, d
 
 @jit(inline="always")
 def _column_sums(d, GH, out):
-    """out (G H,) <- the sum over rows of d's first G H columns, summed in float64 (see
-    `inputs.scatter_ids`)."""
+    """out (G H,) <- the sum over rows of d's first G H columns, in float64 beyond
+    `inputs.EXACT_SUMS` rows."""
+    if d.shape[0] <= EXACT_SUMS:
+        out[:] = 0
+        for tb in range(d.shape[0]):
+            row = d[tb]
+            for i in range(GH):
+                out[i] += row[i]
+        return
     acc = np.zeros(GH, np.float64)
     for tb in range(d.shape[0]):
         row = d[tb]

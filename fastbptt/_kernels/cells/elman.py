@@ -35,25 +35,40 @@ def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total
     """delta = dL/dh * f'(a) in place on n columns of dH from cd (dZ and dZh are dH),
     each also added to (``add``) or written into ``total``'s first n columns unless it is
     empty (the lag-major pass's sum and its copy of a lag, in the same pass over
-    memory)."""
-    for i in range(dH.shape[0]):
-        row = dH[i, cd:cd + n]
-        f = fp[i, cd:cd + n]
-        if total.shape[0]:
-            out = total[i, :n]
-            if add:
-                for j in range(n):
-                    v = row[j] * f[j]
-                    row[j] = v
-                    out[j] += v
-            else:
-                for j in range(n):
-                    v = row[j] * f[j]
-                    row[j] = v
-                    out[j] = v
-        else:
-            for j in range(n):
-                row[j] *= f[j]
+    memory). One loop per case, so that each vectorizes."""
+    if total.shape[0] and add:
+        for i in range(dH.shape[0]):
+            _mul_add(dH[i, cd:cd + n], fp[i, cd:cd + n], total[i, :n])
+    elif total.shape[0]:
+        for i in range(dH.shape[0]):
+            _mul_copy(dH[i, cd:cd + n], fp[i, cd:cd + n], total[i, :n])
+    else:
+        for i in range(dH.shape[0]):
+            _mul(dH[i, cd:cd + n], fp[i, cd:cd + n])
+
+
+@jit(inline="always")
+def _mul_add(row, f, out):
+    """row *= f, and out += the new row."""
+    for j in range(row.shape[0]):
+        v = row[j] * f[j]
+        row[j] = v
+        out[j] += v
+
+
+@jit(inline="always")
+def _mul_copy(row, f, out):
+    """row *= f, and out = the new row."""
+    for j in range(row.shape[0]):
+        v = row[j] * f[j]
+        row[j] = v
+        out[j] = v
+
+
+@jit(inline="always")
+def _mul(row, f):
+    for j in range(row.shape[0]):
+        row[j] *= f[j]
 
 
 @jit(inline="always")
