@@ -528,7 +528,8 @@ def _forward_for(p, plan, store):
             # several sequences (one sequence walks rows in blocks twice as wide)
             panels = plan.narrow and GH > H and NG * dtype.itemsize > 4 * PANEL and B >= NARROW
             direction.WTc = store.get(f"WTc{name}", (H * NG if panels else 0,), dtype)
-            by_rows = plan.narrow and T * B >= 16 * p.sizes[0]   # see `gather_inputs`
+            by_rows = plan.narrow and (T * B >= 16 * p.sizes[0] or   # see `gather_inputs`
+                                       p.sizes[0] * dtype.itemsize >= 1024)
             direction.UT = store.get(f"UT{name}", (p.sizes[0], GH) if by_rows else (0, 0),
                                      dtype)
             row.append(direction)

@@ -34,8 +34,9 @@ def gather_inputs(x_ids, U, UT, bias, out, time_major):
     Time-major, each step's row is U's column x_t: read strided from U, or, when UT is
     not empty, a contiguous row of UT (L, G H) <- U^T, made first (gathering U's strided
     columns took 2.2 ms of a 40 ms LSTM call at G H = 1024 and T B = 3200, the rows of UT
-    0.45 ms; at T B = 100 the transpose costs more than it saves). Feature-major, each of
-    U's rows is gathered along."""
+    0.45 ms; at T B = 100 the transpose costs more than it saves, unless U's rows are long:
+    at L = 1024 each strided read is on a page of its own). Feature-major, each of U's
+    rows is gathered along."""
     H = U.shape[0]
     if time_major:
         rows = _steps(out, True)
