@@ -97,7 +97,7 @@ def _float32_with_bits(typingctx, bits):
 
 
 _F = np.float32
-_EXP_LO, _EXP_HI = _F(-87.3), _F(88.7)           # 2^k stays a normal float32
+_EXP_LO, _EXP_HI = _F(-87.3), _F(88.37)          # 2^k stays a normal float32 (k <= 127)
 _LOG2E, _LN2_HI, _LN2_LO = _F(1.44269504088896341), _F(0.693359375), _F(-2.12194440e-4)
 _E1, _E2, _E3 = _F(1.9875691500e-4), _F(1.3981999507e-3), _F(8.3334519073e-3)
 _E4, _E5, _E6 = _F(4.1665795894e-2), _F(1.6666665459e-1), _F(5.0000001201e-1)
@@ -111,7 +111,7 @@ _TANH_SMALL, _TANH_CLAMP = _F(0.3), _F(TANH_SATURATION)
 def exp32(x):
     """exp(x) in float32 arithmetic for a float32 x (Cephes' expf: x = k ln2 + r with
     |r| <= ln2 / 2, e^r by a polynomial of degree 7, 2^k from its bits), within 1 ulp;
-    clamped to [-87.3, 88.7]. Everything in it vectorizes, 16 lanes to a register."""
+    clamped to [-87.3, 88.37]. Everything in it vectorizes, 16 lanes to a register."""
     x = min(max(x, _EXP_LO), _EXP_HI)
     k = np.float32(math.floor(x * _LOG2E + _HALF))
     r = x - k * _LN2_HI - k * _LN2_LO
