@@ -18,7 +18,7 @@ import numpy as np
 from ._jit import jit
 from .blas import gemm, scratch, transpose_into
 from .cells import backward_tm, forward_tm, to_h0
-from .copies import add_row, copy_row, copy_rows
+from .copies import add_row, copy_row, copy_rows, longest, zero_steps_after
 from .inputs import EXACT_SUMS
 from .matvec import passes, rows_axpy, rows_of_W
 
@@ -71,7 +71,7 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
     GH = bh.shape[0]
     groups = passes(B)
     NG = WTp.shape[1]
-    for t in range(lengths.max()):
+    for t in range(longest(lengths)):
         if apart:
             for b in range(B):
                 copy_row(Hid[b, :GH], bh)
@@ -92,10 +92,10 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
                 C[t + 1, b] = 0
     for b in range(B):              # padding steps: zeros, which the backward pass reads
         copy_row(h_final[b], S[lengths[b], b, :H])
-        S[lengths[b] + 1:, b] = 0
-        Z[lengths[b] + 1:, b] = 0
-        E[lengths[b] + 1:, b] = 0
-        C[lengths[b] + 1:, b] = 0
+        zero_steps_after(S, b, lengths[b] + 1)
+        zero_steps_after(Z, b, lengths[b] + 1)
+        zero_steps_after(E, b, lengths[b] + 1)
+        zero_steps_after(C, b, lengths[b] + 1)
         if c_final.shape[1]:
             copy_row(c_final[b], C[lengths[b], b, :H])
 
