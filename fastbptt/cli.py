@@ -289,7 +289,10 @@ def build_parser():
         description="Median of repeated calls per workload, all in this process, the same "
                     "thread count for every implementation; peers are checked against "
                     "fastbptt before they are timed. Run it as `env -u OPENBLAS_CORETYPE "
-                    "-u OPENBLAS_L2_SIZE fastbptt bench` where those variables are set.")
+                    "-u OPENBLAS_L2_SIZE fastbptt bench` where those variables are set. On "
+                    "glibc it runs with MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ "
+                    "fixed high unless you set either, so that no implementation pays page "
+                    "faults for memory freed and mapped again on every call.")
     b.add_argument("--workloads", type=_workload_names, default=None,
                    help="comma-separated names or groups W, S, G, e.g. W1,W3 or S,G3 (all)")
     b.add_argument("--threads", type=_threads, default=1,
@@ -317,6 +320,18 @@ def build_parser():
     return parser
 
 
+def _steady_malloc(argv):
+    """Re-execute this program with glibc's malloc thresholds fixed (`bench.allocator`);
+    returns only where there is nothing to change."""
+    from .bench.allocator import steady_environment
+
+    environ = steady_environment()
+    if environ is not None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "fastbptt", *argv], environ)
+
+
 def main(argv=None):
     """Run the command in ``argv`` (default: the program's arguments); its exit status.
 
@@ -331,4 +346,6 @@ def main(argv=None):
     args, unknown = parser.parse_known_args(argv)
     if unknown:                                 # said by the command's parser, not the top's
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    if last and args.command == "bench":
+        _steady_malloc(argv)
     return run_command(f"fastbptt {args.command}", args.run, args, last=last)

@@ -211,7 +211,8 @@ def _machine(threads):
     m = machine_info()
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
     env = ", ".join(f"{k}={v}" if v is not None else f"{k} unset"
-                    for k, v in m["environment"].items() if k.startswith("OPENBLAS"))
+                    for k, v in m["environment"].items()
+                    if k.startswith("OPENBLAS") or (k.startswith("MALLOC") and v is not None))
     return [f"CPU: {m['cpu']} ({m['cpus']} CPUs; {' '.join(m['cpu_flags'])}); {threads} "
             f"thread(s) for every implementation",
             f"versions: python {m['python']}, {versions}",

@@ -16,6 +16,7 @@ from typing import Optional
 from . import startup as startup_
 from .agreement import Agreement, compare
 from .peers import PEERS, get_threads, set_threads
+from . import allocator
 from .timing import (ENVIRONMENT, Timing, busy_cpus, gemm_peak, machine_info, measure,
                      openblas_warnings)
 from .workloads import DEFAULT, WORKLOADS, Workload, make_data
@@ -215,7 +216,8 @@ def run(names=DEFAULT, threads=1, repeat=50, budget=2.0, with_peers=True,
     progress.step("versions")
     machine = machine_info()
     for name, before in environment.items():                # say what the bench set itself
-        if os.environ.get(name) != before:
+        if os.environ.get(name) != before or (name in allocator.VARIABLES and
+                                              os.environ.get("FASTBPTT_BENCH_MALLOC") == "set"):
             machine["environment"][name] = f"{os.environ.get(name)} (set by the bench)"
     progress.done()
     startup_result = None

@@ -20,7 +20,8 @@ __all__ = ["Timing", "measure", "gemm_peak", "machine_info", "openblas_warnings"
 # environment variables that change the figures, reported with every run
 ENVIRONMENT = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
                "OMP_NUM_THREADS", "XLA_FLAGS", "NUMBA_CACHE_DIR", "NUMBA_THREADING_LAYER",
-               "NUMBA_NUM_THREADS", "FASTBPTT_CACHE")
+               "NUMBA_NUM_THREADS", "FASTBPTT_CACHE", "MALLOC_MMAP_THRESHOLD_",
+               "MALLOC_TRIM_THRESHOLD_")
 
 
 @dataclass
