@@ -91,17 +91,9 @@ def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, la
         backward_fm(cell, h, z, zh, 0, Zm, Sm, Em, Cm, B, B, xn, 0, fp, n, act,
                     dZ if fused else dZ[:0], True)
         if not fused:
-            for i in range(dZ.shape[0]):
-                a = z[i, :n]
-                out = dZ[i, :n]
-                for c in range(n):
-                    out[c] += a[c]
+            add_rows(dZ[:, :n], z[:dZ.shape[0], :n])
         if apart:
-            for i in range(dZh.shape[0]):
-                a = zh[i, :n]
-                out = dZh[i, :n]
-                for c in range(n):
-                    out[c] += a[c]
+            add_rows(dZh[:, :n], zh[:dZh.shape[0], :n])
         if carries:
             add_rows(X0, xn[:, :B])
         prev, zh = zh, prev
