@@ -97,7 +97,7 @@ def bench(args):
     return 0
 
 
-_MODEL_OPTIONS = ("hidden", "seq_length", "batch", "optimizer", "lr", "momentum", "clip_norm",
+_MODEL_OPTIONS = ("hidden", "cell", "layers", "seq_length", "batch", "optimizer", "lr", "momentum", "clip_norm",
                   "clip_value", "truncate", "stride", "dtype", "activation", "seed",
                   "val_fraction", "lr_decay", "lr_final", "horizon")
 
@@ -180,6 +180,11 @@ def _add_train(commands):
     g = t.add_argument_group("model and data (fixed for a run; --resume takes them from "
                              "the checkpoint)")
     g.add_argument("--hidden", type=_option_type("hidden"), help=f"hidden size H ({d.hidden})")
+    g.add_argument("--cell", choices=["elman", "gru", "lstm"],
+                   help=f"recurrent cell (PyTorch's equations) ({d.cell})")
+    g.add_argument("--layers", type=_option_type("layers"),
+                   help=f"stacked layers, one direction (a model that generates text reads "
+                        f"left to right) ({d.layers})")
     g.add_argument("--seq-length", type=_option_type("seq_length"), dest="seq_length",
                    help=f"steps T per call and cursor ({d.seq_length})")
     g.add_argument("--batch", type=_option_type("batch"),
@@ -209,7 +214,7 @@ def _add_train(commands):
                    help="stride s, 1 <= s <= k (k: chunks; 1: a window per output)")
     g.add_argument("--dtype", choices=["float32", "float64"], help=f"({d.dtype})")
     g.add_argument("--activation", choices=["tanh", "sigmoid", "relu", "identity"],
-                   help=f"({d.activation})")
+                   help=f"the Elman cell's ({d.activation})")
     g.add_argument("--seed", type=_option_type("seed"), help=f"weights and samples ({d.seed})")
     g.add_argument("--val-fraction", type=_option_type("val_fraction"), dest="val_fraction",
                    help=f"last part of the text held out ({d.val_fraction:g})")

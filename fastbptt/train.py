@@ -4,7 +4,12 @@ Each step takes the next T characters of B cursors (`fastbptt.text.StreamBatcher
 `fastbptt.bptt` with ``h0`` = the previous step's ``h_final`` (zeros when the cursors start
 a new pass), clips the gradients and updates the parameters in place. With the default
 ``truncate = stride = T`` this is min-char-rnn's chunked truncated BPTT (SPEC.md §3);
-any other truncation works the same way.
+any other truncation works the same way. The model is one Elman layer with its head, or
+a stack of Elman, GRU or LSTM layers (`TrainOptions.cell`, ``layers``).
+
+The cursors live in blocks (`fastbptt._cursors`): one in this process, or one per worker
+of a Dask cluster (`fastbptt.distributed`, SPEC.md §9), whose gradients are added in
+worker order, clipped and applied once, here.
 """
 from __future__ import annotations
 
@@ -14,12 +19,14 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from . import _preflight, _resume
 from . import checkpoint as ckpt_io
 from ._command_errors import CommandError, UsageError, describe
+from ._cursors import Carried, Recipe, place_local, zero_state
 from ._kernels.checks import all_finite
 from ._ranges import Choice, Range, flag
 from ._run_saves import Diverged, failure, save_checkpoint
@@ -27,7 +34,7 @@ from ._signals import SignalGuard
 from .api import bptt
 from .clip import clip_grads
 from .optim import make_optimizer
-from .params import Params, init_params, read_structure
+from .params import from_leaves, init_params, leaves
 from .sampling import sample
 from .text import Codec, StreamBatcher, unigram_entropy
 
@@ -38,6 +45,8 @@ LN2 = math.log(2)
 # The range of each `TrainOptions` field: the command line's types and `check` use them.
 OPTION_RANGES = {
     "hidden": Range(1, integer=True),
+    "cell": Choice("elman", "gru", "lstm"),
+    "layers": Range(1, integer=True),
     "seq_length": Range(1, integer=True),
     "batch": Range(1, integer=True),
     "optimizer": Choice("adam", "adagrad", "sgd"),
@@ -62,6 +71,8 @@ class TrainOptions:
     """What a run is: fixed when it starts and restored by --resume."""
 
     hidden: int = 256
+    cell: str = "elman"            # "elman", "gru" or "lstm"
+    layers: int = 1
     seq_length: int = 50
     batch: int = 32
     optimizer: str = "adam"
@@ -78,6 +89,9 @@ class TrainOptions:
     lr_decay: str = "linear"       # "linear" to lr * lr_final at step `horizon`, or "none"
     lr_final: float = 0.05
     horizon: int | None = None     # the decay's last step; set once by the command
+
+    # what a checkpoint written before a field existed was trained with
+    ABSENT: ClassVar[dict] = {"cell": "elman", "layers": 1}
 
     def lr_at(self, step):
         """The learning rate of update number ``step + 1``."""
@@ -105,6 +119,10 @@ class TrainOptions:
                     setattr(self, f.name, OPTION_RANGES[f.name](getattr(self, f.name)))
                 except ValueError as error:
                     raise ValueError(f"{flag(f.name)} {error}") from None
+        if self.cell != "elman" and self.activation != "tanh":
+            raise ValueError(f"--activation {self.activation} applies to the Elman cell only; "
+                             f"--cell {self.cell} has its own gates (leave --activation at "
+                             "tanh)")
         k, s = self.window
         if s > k:
             raise ValueError(f"--stride {s} exceeds the window of {k} steps (--truncate, or "
@@ -116,76 +134,104 @@ class TrainOptions:
 
 
 class Trainer:
-    """Parameters, optimizer, batcher, carried state, RNG and history of one run."""
+    """Parameters, optimizer, RNG and history of one run, and its cursors in blocks.
 
-    def __init__(self, options, train_ids, codec, *, resume=None):
+    ``placement(ids, batch, recipe, params, carried, step)`` puts the cursors somewhere and
+    returns their blocks: `fastbptt._cursors.place_local` (the default) keeps one block in
+    this process; `fastbptt.distributed` puts one on each worker of a cluster.
+    ``last_saved`` is the checkpoint the run would go back to (None: its start).
+    """
+
+    def __init__(self, options, train_ids, codec, *, resume=None, placement=None):
         self.options = options
         self.codec = codec
         self.dtype = np.dtype(options.dtype)
-        self.batcher = StreamBatcher(train_ids, options.batch, options.seq_length)
-        self.truncate, self.stride = options.window
+        self.train_ids = train_ids
+        self.recipe = Recipe(options.seq_length, *options.window, options.activation)
+        self.placement = placement or place_local
+        self.blocks = None
+        self.consistent = True               # False while an update is half applied
+        self.seconds = {"bptt": 0.0, "gradients": 0.0, "update": 0.0}
+        self.restore(resume)
+
+    def restore(self, resume=None):
+        """Take the state of the checkpoint ``resume`` (None: a new run's, from the seed)
+        and place the cursors afresh; ValueError or KeyError when it does not fit."""
+        options = self.options
+        V, H = len(self.codec), options.hidden
         self.optimizer = make_optimizer(options.optimizer, options.lr,
                                         **options.optimizer_options())
-        V, H = len(codec), options.hidden
-        self.zeros = np.zeros((options.batch, H), self.dtype)
-        self.consistent = True               # False while an update is half applied
         if resume is None:
             self.rng = np.random.default_rng(options.seed)
-            self.params = init_params(V, H, V, dtype=self.dtype, seed=self.rng)
-            self.h = self.zeros
+            self.params = init_params(V, H, V, cell=options.cell, num_layers=options.layers,
+                                      dtype=self.dtype, seed=self.rng)
             self.step = 0
             self.losses = []
             self.evals = []                  # (step, validation loss per char)
+            carried = Carried({"pos": 0, "passes": 0}, *zero_state(self.params, options.batch))
         else:
             self.rng = np.random.default_rng()
             self.rng.bit_generator.state = resume.rng_state
-            self.params = Params(*(None if a is None else np.array(a, self.dtype)
-                                   for a in resume.params))
+            self.params = from_leaves({name: np.array(a, self.dtype)
+                                       for name, a in leaves(resume.params).items()})
             self.optimizer.load_state_dict(resume.optimizer)
-            self.batcher.load_state_dict(resume.batcher)
-            self.h = self.zeros if resume.hidden is None else np.array(resume.hidden,
-                                                                       self.dtype)
+            h, c = zero_state(self.params, options.batch)
+            states = [None if a is None else np.array(a, self.dtype)
+                      for a in (resume.hidden, resume.cell_state)]
+            _resume.check_model(self.params, self.codec, options, states[0],
+                                self.optimizer.state, states[1])
+            carried = Carried(resume.batcher, h if states[0] is None else states[0],
+                              c if states[0] is None else states[1])
             self.step = resume.step
             self.losses = [float(v) for v in np.asarray(resume.history.get("loss", []))
                            .reshape(-1)]
             evals = np.asarray(resume.history.get("evals", np.empty((0, 2))), np.float64)
             self.evals = [(float(a), float(b)) for a, b in evals.reshape(-1, 2)]
-            _resume.check_model(self.params, codec, options, self.h, self.optimizer.state)
+        self.close()
+        self.blocks = self.placement(self.train_ids, options.batch, self.recipe, self.params,
+                                     carried, self.step)
+        self.last_saved = resume
+
+    def close(self):
+        """Release the blocks (a distributed run's workers keep nothing of it)."""
+        if self.blocks is not None:
+            self.blocks.close()
+            self.blocks = None
+
+    @property
+    def carried(self):
+        """Every cursor's position and carried state after the last applied step."""
+        return self.blocks.state(self.step)
 
     def train_step(self):
         """One update; returns (loss per character, characters).
 
         A step whose loss or gradient norm is not finite raises `Diverged` before it
-        changes anything (the batcher is put back), so the trainer keeps the state before
-        it. ``consistent`` is False only while the update is being applied.
+        changes anything (its blocks drop the state they reached), so the trainer keeps the
+        state before it. ``consistent`` is False only while the update is being applied.
         """
-        position = self.batcher.state_dict()
-        batch = self.batcher.next()
-        try:
-            out = bptt(batch.x, batch.y, self.params, truncate=self.truncate,
-                       stride=self.stride, activation=self.options.activation,
-                       h0=self.zeros if batch.fresh else self.h)
-            with np.errstate(over="ignore", invalid="ignore"):     # checked just below
-                norm = clip_grads(out.grads, max_norm=self.options.clip_norm,
-                                  max_value=self.options.clip_value)
-            for what, value in (("loss", out.loss), ("gradient norm", norm)):
-                if not math.isfinite(value):
-                    raise Diverged(self.step + 1, what, value)
-        except BaseException:
-            self.batcher.load_state_dict(position)
-            raise
+        start = time.perf_counter()
+        loss, grads, n, in_bptt = self.blocks.gradients(self.step, self.params)
+        between = time.perf_counter()
+        with np.errstate(over="ignore", invalid="ignore"):     # checked just below
+            norm = clip_grads(grads, max_norm=self.options.clip_norm,
+                              max_value=self.options.clip_value)
+        for what, value in (("loss", loss), ("gradient norm", norm)):
+            if not math.isfinite(value):
+                raise Diverged(self.step + 1, what, value)
         self.optimizer.lr = self.options.lr_at(self.step)
         self.consistent = False
-        with np.errstate(over="ignore", invalid="ignore"):         # checked just below
-            self.optimizer.step(self.params, out.grads)
-        if not all(all_finite(a.reshape(-1)) for a in self.params if a is not None):
+        with np.errstate(over="ignore", invalid="ignore"):     # checked just below
+            self.optimizer.step(self.params, grads)
+        if not all(all_finite(a.reshape(-1)) for a in leaves(self.params).values()):
             raise Diverged(self.step + 1, "weights", "not finite", applied=True)
         self.consistent = True
-        self.h = out.h_final
         self.step += 1
-        n = batch.x.size
-        self.losses.append(out.loss / n)
-        return out.loss / n, n
+        self.losses.append(loss / n)
+        self.seconds["bptt"] += in_bptt
+        self.seconds["gradients"] += between - start
+        self.seconds["update"] += time.perf_counter() - between
+        return loss / n, n
 
     def sample(self, chars=200, prime="\n", temperature=0.8):
         """Text from the current model, drawn with the run's RNG (part of its state)."""
@@ -196,18 +242,23 @@ class Trainer:
                       activation=self.options.activation)
 
     def checkpoint(self):
+        """The run as a `fastbptt.checkpoint.Checkpoint`, of copies: later steps do not
+        change it."""
+        carried = self.carried
         return ckpt_io.Checkpoint(
-            params=self.params, optimizer=self.optimizer.state_dict(), codec=self.codec,
-            step=self.step, rng_state=self.rng.bit_generator.state,
-            options=dataclasses.asdict(self.options), hidden=self.h,
-            batcher=self.batcher.state_dict(),
+            params=from_leaves({name: a.copy() for name, a in leaves(self.params).items()}),
+            optimizer=self.optimizer.state_dict(), codec=self.codec, step=self.step,
+            rng_state=self.rng.bit_generator.state, options=dataclasses.asdict(self.options),
+            hidden=carried.h, cell_state=carried.c, batcher=carried.position,
             history={"loss": np.array(self.losses, np.float64),
                      "evals": np.array(self.evals, np.float64).reshape(-1, 2)})
 
     def save(self, path, **extra_options):
         ck = self.checkpoint()
         ck.options.update(extra_options)
-        return ckpt_io.save(path, ck)
+        ckpt_io.save(path, ck)
+        self.last_saved = ck
+        return path
 
 
 def evaluate(params, ids, *, activation="tanh", streams=32, steps=128):
@@ -222,15 +273,15 @@ def evaluate(params, ids, *, activation="tanh", streams=32, steps=128):
     ids = np.asarray(ids, np.int64)
     if ids.size < 2:
         return float("nan")
-    params, _ = read_structure(params)
     streams = max(1, min(streams, (ids.size - 1) // 2))
     batcher = StreamBatcher(ids, streams, steps)
-    h = np.zeros((streams, params.V.shape[1]), params.V.dtype)
+    h, c = zero_state(params, streams)
     total, count = 0.0, 0
     for _ in range(batcher.calls_per_pass):
         x, y, _fresh = batcher.next()
-        out = bptt(x, y, params, truncate=steps, stride=steps, activation=activation, h0=h)
-        h = out.h_final
+        out = bptt(x, y, params, truncate=steps, stride=steps, activation=activation, h0=h,
+                   c0=c)
+        h, c = out.h_final, out.c_final
         total += out.loss
         count += y.size
     return total / count
@@ -339,7 +390,9 @@ def _start(args, given, say):
     k, s = options.window
     say(f"corpus: {corpus.description}; {len(codec)} distinct characters; "
         f"train {train_ids.size:,}, validation {val_ids.size:,}")
-    say(f"model: H={options.hidden}, {options.activation}, {options.dtype}; "
+    say(f"model: {_resume.describe_model(options)}"
+        + (f", {options.activation}" if options.cell == "elman" else "")
+        + f", {options.dtype}; "
         f"{options.batch} cursors x {options.seq_length} steps, truncate={k} stride={s}; "
         f"{options.optimizer} lr={options.lr:g}"
         + (f" decaying linearly to {options.lr * options.lr_final:g}"
@@ -351,7 +404,8 @@ def _start(args, given, say):
 
     # compile (or load Numba's cache) before the clock starts
     warm = np.zeros((options.batch, 1), np.int64)
-    bptt(warm, warm, trainer.params, h0=trainer.zeros, truncate=k, stride=s,
+    h, c = zero_state(trainer.params, options.batch)
+    bptt(warm, warm, trainer.params, h0=h, c0=c, truncate=k, stride=s,
          activation=options.activation)
     return _Run(options, trainer, codec, train_ids, val_ids, extra)
 
@@ -492,7 +546,8 @@ def run_sample(args, *, out=None):
     out = out or sys.stdout
     ck = ckpt_io.load(args.checkpoint)
     options, _ = _resume.resumed_options(TrainOptions, ck.options, {}, args.checkpoint)
-    params = Params(*(None if a is None else np.asarray(a, options.dtype) for a in ck.params))
+    params = from_leaves({name: np.asarray(a, options.dtype)
+                          for name, a in leaves(ck.params).items()})
     try:
         _resume.check_model(params, ck.codec, options)
     except ValueError as error:
