@@ -25,8 +25,17 @@ from .api import bptt
 from .params import from_leaves, leaves, read_model
 from .text import StreamBatcher, block_ids
 
-__all__ = ["Carried", "Recipe", "CursorBlock", "LocalBlocks", "place_local", "zero_state",
-           "split_rows", "split_state", "merge_states", "combine"]
+__all__ = ["Carried", "Recipe", "CursorBlock", "LocalBlocks", "BlockLost", "place_local",
+           "zero_state", "warm_up", "split_rows", "split_state", "merge_states", "combine"]
+
+
+class BlockLost(Exception):
+    """A block of cursors is gone with the worker that held it (``address``): the run can
+    only go on from its last checkpoint."""
+
+    def __init__(self, address):
+        super().__init__(f"the worker {address} left the cluster")
+        self.address = address
 
 
 class Carried(NamedTuple):
@@ -57,6 +66,15 @@ def zero_state(params, batch):
         (batch, W.shape[1])
     return np.zeros(shape, W.dtype), (np.zeros(shape, W.dtype) if model.cell == "lstm"
                                       else None)
+
+
+def warm_up(params, batch, recipe):
+    """One call of one step for ``batch`` cursors: the kernels compile (or come from
+    Numba's cache) before a run's clock starts."""
+    x = np.zeros((batch, 1), np.int64)
+    h, c = zero_state(params, batch)
+    bptt(x, x, params, truncate=recipe.truncate, stride=recipe.stride,
+         activation=recipe.activation, h0=h, c0=c)
 
 
 def split_rows(batch, parts):
@@ -170,6 +188,10 @@ class LocalBlocks:
 
     def __init__(self, blocks):
         self.blocks = blocks
+
+    @property
+    def rows(self):
+        return [b.rows for b in self.blocks]
 
     def gradients(self, step, params):
         return combine([b.compute(step, params) for b in self.blocks])

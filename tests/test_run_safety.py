@@ -53,7 +53,7 @@ def test_divergence_saves_the_state_before_the_failing_step(corpus, tmp_path, ca
     def nan_at_step_4(*args, **kwargs):
         out = real_bptt(*args, **kwargs)
         calls.append(1)
-        if len(calls) == 4:                       # steps 1-4
+        if len(calls) == 5:                       # the warm-up call, then steps 1-4
             if what == "loss":
                 out = out._replace(loss=float("nan"))
             else:

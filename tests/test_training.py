@@ -214,7 +214,7 @@ def test_failed_save_keeps_the_old_checkpoint(tmp_path, monkeypatch):
 
 
 def test_time_budget_fixes_the_decay_horizon(corpus, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("fastbptt.train.ESTIMATE_STEPS", 3)
+    monkeypatch.setattr("fastbptt._train_command.ESTIMATE_STEPS", 3)
     ckpt = tmp_path / "t.npz"
     assert main(small_args(corpus, ckpt, "--time", "0.3", "--sample-every", "0")) == 0
     assert "validation / unigram" in capsys.readouterr().out
