@@ -143,11 +143,11 @@ class Forward:
         self._views = {}
 
     def scratch(self, name, shape, dtype):
-        """A workspace array, remembered for the calls that reuse this Forward."""
-        key = (name, shape)
-        view = self._views.get(key)
+        """A workspace array, remembered by name for the calls that reuse this Forward
+        (so one name always asks for one shape: a Forward serves one shape of call)."""
+        view = self._views.get(name)
         if view is None:
-            view = self._views[key] = workspace.get(name, shape, dtype)
+            view = self._views[name] = workspace.get(name, shape, dtype)
         return view
 
     def top(self):
@@ -267,12 +267,8 @@ class Forward:
                     self.scratch("no dc", (0, H), p.dtype)
                 grads[l][direction.d] = self._layer_backward(direction, buf, dh0, dc0, dcf,
                                                              dX)
-                # a sequence with no steps: h_final is h0, c_final c0
-                empty = p.lengths == 0
-                if dh_final is not None and dh0 is not None:
-                    dh0[s, empty] += dh_final[s, empty]
-                if dc_final is not None and dc0 is not None:
-                    dc0[s, empty] += dc_final[s, empty]
+                if dh_final is not None or dc_final is not None:
+                    _finals_of_empty(p, s, dh_final, dc_final, dh0, dc0)
             if l:
                 _combine(self, l, below, dX)
                 buffers = below
@@ -303,8 +299,11 @@ class Forward:
                             dh0[s] if starts else none,
                             dc0[s] if starts and dc0 is not None else none)
         else:
-            shape = (H, B if starts else 0)
-            dh0_t, dc0_t = self.scratch("dh0", shape, dtype), self.scratch("dc0", shape, dtype)
+            if starts:
+                dh0_t, dc0_t = self.scratch("dh0", (H, B), dtype), \
+                    self.scratch("dc0", (H, B), dtype)
+            else:
+                dh0_t = dc0_t = self.scratch("no dh0 fm", (H, 0), dtype)
             n = T * B
             backward(self.tag, S, Z, E, C, direction.WTp, p.activation, plan.chunk,
                      p.truncate or 0, p.stride, p.lengths, dcf, buf, dZ, dZh,
@@ -353,6 +352,16 @@ def _no_dx(dtype):
     if out is None:
         out = _NO_DX[dtype] = np.empty((0, 0), dtype)
     return out
+
+
+def _finals_of_empty(p, s, dh_final, dc_final, dh0, dc0):
+    """dL/dh_final (dc_final) of sequences with no steps go to dh0 (dc0): their h_final is
+    h0 (c_final c0)."""
+    empty = p.lengths == 0
+    if dh_final is not None and dh0 is not None:
+        dh0[s, empty] += dh_final[s, empty]
+    if dc_final is not None and dc0 is not None:
+        dc0[s, empty] += dc_final[s, empty]
 
 
 def _inject_final(p, buf, tm, dh_final, H):

@@ -8,13 +8,57 @@
 - ``fastmath``: only flags that keep NaN and inf meaningful (no ``nnan``/``ninf``), so an
   exploding gradient stays visible instead of being optimised away.
 - ``error_model="numpy"``: division follows IEEE rules instead of raising, as in NumPy.
+
+Numba checks a cached kernel against its own source file only, but the drivers inline
+the cells' step math and the vector code of other files. So the cache of every kernel
+in this folder is keyed on the contents of all of its files (`_STAMP`): an edit anywhere
+here recompiles whatever was cached, instead of loading stale code.
 """
+import hashlib
 import os
 import warnings
 
 from numba import njit
+from numba.core import caching
 
 CACHE = os.environ.get("FASTBPTT_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+_FOLDER = os.path.dirname(os.path.abspath(__file__))
+
+
+def _folder_stamp():
+    """A hash of every source file of the kernels (this folder and below)."""
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(_FOLDER):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                with open(os.path.join(root, name), "rb") as f:
+                    digest.update(name.encode() + b"\0" + f.read())
+    return digest.hexdigest()
+
+
+_STAMP = _folder_stamp()
+
+
+class _Stamped:
+    """A Numba cache locator for the kernels of this folder, stamped with `_STAMP`."""
+
+    def get_source_stamp(self):
+        return _STAMP
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if not os.path.abspath(py_file).startswith(_FOLDER + os.sep):
+            return None
+        return super().from_function(py_func, py_file)
+
+
+# the same places as Numba's own locators, in Numba's order of preference
+_LOCATORS = [type(f"Stamped{base.__name__}", (_Stamped, base), {})
+             for base in (caching.UserProvidedCacheLocator, caching.InTreeCacheLocator,
+                          caching.UserWideCacheLocator)]
+if not any(issubclass(c, _Stamped) for c in caching.CacheImpl._locator_classes):
+    caching.CacheImpl._locator_classes[:0] = _LOCATORS
 FASTMATH = frozenset({"contract", "nsz"})
 _warned = []
 

@@ -20,7 +20,7 @@ weights are single matrix products over all steps (those of the inputs are in `i
 """
 from ._jit import jit
 from .blas import gemm, row_sums, scratch
-from .cells import backward_fm, prepare_fm, to_h0
+from .cells import backward_fm, prepare_fm, sums, to_h0
 
 
 @jit(inline="always")
@@ -45,9 +45,8 @@ def _sweep(cell, Zm, Sm, Em, Cm, WT, chunk, B, blas, dH, dZ, dZh, X, fp, act, le
         else:
             X[:] = 0
         _inject(X, lengths, t, dcf)
-        backward_fm(cell, dH[:, lo:hi], dZ[:, lo:hi], dZh[:, lo:hi], Zm[:, hi:hi + B],
-                    Sm[:, hi:hi + B], Sm[:, lo:hi], Em[:, hi:hi + B], Cm[:, hi:hi + B],
-                    Cm[:, lo:hi], X, X, fp[:, lo:hi], act)
+        backward_fm(cell, dH, dZ, dZh, lo, Zm, Sm, Em, Cm, hi, B, X, 0, X, 0, fp, B, act,
+                    fp[:0])
 
 
 @jit(inline="always")
@@ -69,8 +68,8 @@ def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, la
             if lengths[b]:
                 for i in range(xp.shape[0]):
                     xp[i, (lengths[b] - 1) * B + b] = dcf[b, i]
-    backward_fm(cell, dH, dZ, dZh, Zm[:, B:], Sm[:, B:], Sm[:, :n], Em[:, B:], Cm[:, B:],
-                Cm[:, :n], xp, xp, fp, act)
+    backward_fm(cell, dH, dZ, dZh, 0, Zm, Sm, Em, Cm, B, B, xp, 0, xp, 0, fp, n, act,
+                prev[:0])
     for i in range(dZh.shape[0]):
         prev[i, :] = dZh[i]
     X0[:] = xp[:, :B]
@@ -81,16 +80,19 @@ def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, la
             if (r + j) % s < j - (k - s):       # r < lo(r + j): this output stops here
                 h[:, r * B:(r + 1) * B] = 0
                 xp[:, (r + 1) * B:(r + 2) * B] = 0
-        backward_fm(cell, h[:, :n], z[:, :n], zh[:, :n], Zm[:, B:n + B], Sm[:, B:n + B],
-                    Sm[:, :n], Em[:, B:n + B], Cm[:, B:n + B], Cm[:, :n], xp[:, B:n + B],
-                    xn[:, :n], fp[:, :n], act)
-        for i in range(dZ.shape[0]):
-            a, out = z[i, :n], dZ[i, :n]
-            for c in range(n):
-                out[c] += a[c]
+        fused = sums(cell)
+        backward_fm(cell, h, z, zh, 0, Zm, Sm, Em, Cm, B, B, xp, B, xn, 0, fp, n, act,
+                    dZ if fused else dZ[:0])
+        if not fused:
+            for i in range(dZ.shape[0]):
+                a = z[i, :n]
+                out = dZ[i, :n]
+                for c in range(n):
+                    out[c] += a[c]
         if apart:
             for i in range(dZh.shape[0]):
-                a, out = zh[i, :n], dZh[i, :n]
+                a = zh[i, :n]
+                out = dZh[i, :n]
                 for c in range(n):
                     out[c] += a[c]
         X0 += xn[:, :B]

@@ -38,8 +38,7 @@ def forward(cell, W, act, lengths, Z, S, E, C, Hid, bh, buf):
             gemm(W, Sm[:, before:now], Hid, 1.0, 1.0, False, False, blas)
         else:
             gemm(W, Sm[:, before:now], Zm[:, now:now + B], 1.0, 1.0, False, False, blas)
-        forward_fm(cell, Zm[:, now:now + B], Sm[:, now:now + B], Sm[:, before:now],
-                   Em[:, now:now + B], Cm[:, now:now + B], Cm[:, before:now], Hid, act, buf)
+        forward_fm(cell, Zm, Sm, Em, Cm, now, B, Hid, act, buf)
     for b in range(B):
         for t in range(lengths[b], T):
             for i in range(H):

@@ -58,8 +58,7 @@ def forward_narrow(cell, WTp, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_final
             rows_axpy(WTp, S[t, :, :H], Z[t + 1], t * groups % 2 == 1)
         for b in range(B):
             if t < lengths[b]:
-                forward_tm(cell, Z[t + 1, b], S[t + 1, b], S[t, b], E[t + 1, b], C[t + 1, b],
-                           C[t, b], Hid[b], H, act)
+                forward_tm(cell, Z, S, E, C, Hid, t, b, H, act)
             else:                   # past its end: kept at zero, so nothing grows there
                 S[t + 1, b] = 0
                 C[t + 1, b] = 0
@@ -112,11 +111,9 @@ def backward_narrow(cell, S, Z, E, C, Wp, W, act, chunk, lengths, dcf, dH, dZ, d
         else:
             X[:] = 0
         for b in range(B):
-            tb = t * B + b
             if dcf.shape[0] and lengths[b] == t + 1:
                 X[b, :H] += dcf[b]
-            backward_tm(cell, dH[tb], dZ[tb], dZh[tb], Z[t + 1, b], S[t + 1, b], S[t, b],
-                        E[t + 1, b], C[t + 1, b], C[t, b], X[b], X[b], H, act)
+            backward_tm(cell, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act)
     gemm(dZh[:, :GH], before, dW, 1.0, 0.0, True, False, blas)   # sum_t dZh_t h_{t-1}^T
     gemm(dZh[:dh0.shape[0], :GH], W, dh0, 1.0, 0.0, False, False, blas)
     to_h0(cell, X[:dh0.shape[0], :H], dh0, dc0)

@@ -6,16 +6,24 @@ first argument. A tag is an empty array whose dtype names the cell (`TAGS`): Num
 compiles a driver once per cell, with that cell's hooks inlined, and only for the cells a
 program uses; and the tag costs nothing at call time.
 
-Hooks (every cell module defines each; arrays are views of one step, or of every step in
-lag-major passes):
+Hooks (every cell module defines each). Feature-major ones take whole C-contiguous
+(rows, columns) matrices and the columns to work on, so that every row segment they
+loop over is contiguous and vectorizes (a view of a block would not be known to be):
+step arrays (Zm, Sm, Em, Cm) at columns cs ... (the step before at cs - B), gradient
+arrays (dH, dZ, dZh, fp) at cd ..., the carries at cxi ... and cxo ..., n columns
+(one step's B, or every step's in lag-major passes). Time-major ones take the 3-D state
+arrays (steps as rows of the gradient arrays) and a step t and sequence b, and read
+only the rows they need.
 - ``prepare_fm(Sm, fp, B, act)``: before a feature-major backward pass (Elman's f').
-- ``forward_fm(Z, S, Sp, E, C, Cp, Hid, act, buf)``: (rows, B) blocks of one step.
-- ``forward_tm(z, s, sp, e, c, cp, hid, H, act)``: one sequence's rows of one step.
-- ``backward_fm(dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act)`` and
-  ``backward_tm(dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act)``: from
+- ``forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf)`` and
+  ``forward_tm(Z, S, E, C, Hid, t, b, H, act)``: the step from its gates.
+- ``backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
+  total)`` and ``backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act)``: from
   dH = dL/dh_t (the injected gradient plus W^T dZh_{t+1}) and the cell's own carry Xin
   from step t + 1 (zero where truncation cuts it), the input-side gradients dZ of the
-  gates, the hidden-side ones dZh, and the carry Xout to step t - 1.
+  gates, the hidden-side ones dZh, and the carry Xout to step t - 1. A cell whose
+  ``SUMS`` is True also adds dZ to ``total`` when it is not empty (the lag-major
+  pass's sum, fused into the same pass over memory); for the others the driver adds.
 - ``to_h0(X, dh0, dc0)``: what the carry after step 0 adds to dL/dh0 and dL/dc0.
 
 Z holds the gates (the inputs' part U x + b before the forward step), S/s the states
@@ -45,23 +53,28 @@ def prepare_fm(tag, Sm, fp, B, act):
     _stub(tag)
 
 
-def forward_fm(tag, Z, S, Sp, E, C, Cp, Hid, act, buf):
+def forward_fm(tag, Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
     _stub(tag)
 
 
-def forward_tm(tag, z, s, sp, e, c, cp, hid, H, act):
+def forward_tm(tag, Z, S, E, C, Hid, t, b, H, act):
     _stub(tag)
 
 
-def backward_fm(tag, dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act):
+def backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
+                total):
     _stub(tag)
 
 
-def backward_tm(tag, dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act):
+def backward_tm(tag, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
     _stub(tag)
 
 
 def to_h0(tag, X, dh0, dc0):
+    _stub(tag)
+
+
+def sums(tag):
     _stub(tag)
 
 
@@ -72,34 +85,36 @@ def _prepare_fm(tag, Sm, fp, B, act):
 
 
 @overload(forward_fm, inline="always")
-def _forward_fm(tag, Z, S, Sp, E, C, Cp, Hid, act, buf):
+def _forward_fm(tag, Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
     impl = _module(tag).forward_fm
-    return lambda tag, Z, S, Sp, E, C, Cp, Hid, act, buf: impl(Z, S, Sp, E, C, Cp, Hid, act,
-                                                                 buf)
+    return lambda tag, Zm, Sm, Em, Cm, cs, B, Hid, act, buf: impl(Zm, Sm, Em, Cm, cs, B, Hid,
+                                                                    act, buf)
 
 
 @overload(forward_tm, inline="always")
-def _forward_tm(tag, z, s, sp, e, c, cp, hid, H, act):
+def _forward_tm(tag, Z, S, E, C, Hid, t, b, H, act):
     impl = _module(tag).forward_tm
-    return lambda tag, z, s, sp, e, c, cp, hid, H, act: impl(z, s, sp, e, c, cp, hid, H, act)
+    return lambda tag, Z, S, E, C, Hid, t, b, H, act: impl(Z, S, E, C, Hid, t, b, H, act)
 
 
 @overload(backward_fm, inline="always")
-def _backward_fm(tag, dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act):
+def _backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
+                 total):
     impl = _module(tag).backward_fm
 
-    def call(tag, dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act):
-        impl(dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act)
+    def call(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
+             total):
+        impl(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act, total)
 
     return call
 
 
 @overload(backward_tm, inline="always")
-def _backward_tm(tag, dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act):
+def _backward_tm(tag, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
     impl = _module(tag).backward_tm
 
-    def call(tag, dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act):
-        impl(dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act)
+    def call(tag, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
+        impl(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act)
 
     return call
 
@@ -108,3 +123,9 @@ def _backward_tm(tag, dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act):
 def _to_h0(tag, X, dh0, dc0):
     impl = _module(tag).to_h0
     return lambda tag, X, dh0, dc0: impl(X, dh0, dc0)
+
+
+@overload(sums, inline="always")
+def _sums(tag):
+    value = _module(tag).SUMS
+    return lambda tag: value

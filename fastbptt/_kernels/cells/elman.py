@@ -9,6 +9,8 @@ from .._jit import jit
 from ..activations import activate_columns, activate_vector, derivative, derivative_into
 
 
+SUMS = True       # backward_fm adds to the lag-major sum itself
+
 @jit(inline="always")
 def prepare_fm(Sm, fp, B, act):
     """fp (H, T B) <- f'(a_t) of every step, from the states Sm (H, (T+1) B)."""
@@ -17,29 +19,42 @@ def prepare_fm(Sm, fp, B, act):
 
 
 @jit(inline="always")
-def forward_fm(Z, S, Sp, E, C, Cp, Hid, act, buf):
-    """h = f(a) on one step's (H, B) block, in place (Z is S)."""
-    activate_columns(S, 0, S.shape[1], act, buf)
+def forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
+    """h = f(a) on one step's block of B columns from cs, in place (Zm is Sm)."""
+    activate_columns(Sm, cs, B, act, buf)
 
 
 @jit(inline="always")
-def forward_tm(z, s, sp, e, c, cp, hid, H, act):
-    """h = f(a) on one sequence's row of one step, in place (z is s)."""
-    activate_vector(s[:H], act)
+def forward_tm(Z, S, E, C, Hid, t, b, H, act):
+    """h = f(a) on sequence b's row of step t, in place (Z is S)."""
+    activate_vector(S[t + 1, b, :H], act)
 
 
 @jit(inline="always")
-def backward_fm(dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act):
-    """delta = dL/dh * f'(a) in place on columns of dH (dZ and dZh are dH)."""
+def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
+                total):
+    """delta = dL/dh * f'(a) in place on n columns of dH from cd (dZ and dZh are dH),
+    each also added to ``total``'s first n columns unless it is empty (the lag-major
+    pass's sum, in the same pass over memory)."""
     for i in range(dH.shape[0]):
-        row, f = dH[i], fp[i]
-        for j in range(row.shape[0]):
-            row[j] *= f[j]
+        row = dH[i, cd:cd + n]
+        f = fp[i, cd:cd + n]
+        if total.shape[0]:
+            out = total[i, :n]
+            for j in range(n):
+                v = row[j] * f[j]
+                row[j] = v
+                out[j] += v
+        else:
+            for j in range(n):
+                row[j] *= f[j]
 
 
 @jit(inline="always")
-def backward_tm(dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act):
-    """delta = dL/dh * f'(a) in place on one row (dz and dzh are dh)."""
+def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
+    """delta = dL/dh * f'(a) in place on sequence b's row of step t (dZ and dZh are dH)."""
+    dh = dH[t * B + b]
+    s = S[t + 1, b]
     for i in range(H):
         dh[i] *= derivative(s[i], act)
 

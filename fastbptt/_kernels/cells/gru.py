@@ -17,6 +17,8 @@ from .._jit import jit
 from ..mathfuncs import sigmoid, tanh
 
 
+SUMS = False       # backward_fm adds to the lag-major sum itself
+
 @jit(inline="always")
 def _forward(zr, zz, zn, hr, hz, hn, hp, e, h):
     for j in range(h.shape[0]):
@@ -48,33 +50,43 @@ def prepare_fm(Sm, fp, B, act):
 
 
 @jit(inline="always")
-def forward_fm(Z, S, Sp, E, C, Cp, Hid, act, buf):
-    H = S.shape[0]
+def forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
+    H = Sm.shape[0]
+    a, b, p = cs, cs + B, cs - B
     for i in range(H):
-        _forward(Z[i], Z[H + i], Z[2 * H + i], Hid[i], Hid[H + i], Hid[2 * H + i], Sp[i],
-                 E[i], S[i])
+        _forward(Zm[i, a:b], Zm[H + i, a:b], Zm[2 * H + i, a:b], Hid[i], Hid[H + i],
+                 Hid[2 * H + i], Sm[i, p:a], Em[i, a:b], Sm[i, a:b])
 
 
 @jit(inline="always")
-def forward_tm(z, s, sp, e, c, cp, hid, H, act):
+def forward_tm(Z, S, E, C, Hid, t, b, H, act):
+    z = Z[t + 1, b]
+    hid = Hid[b]
     _forward(z[:H], z[H:2 * H], z[2 * H:3 * H], hid[:H], hid[H:2 * H], hid[2 * H:3 * H],
-             sp[:H], e[:H], s[:H])
+             S[t, b, :H], E[t + 1, b, :H], S[t + 1, b, :H])
 
 
 @jit(inline="always")
-def backward_fm(dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act):
+def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
+                total):
     H = dH.shape[0]
+    d, s, p = slice(cd, cd + n), slice(cs, cs + n), slice(cs - B, cs - B + n)
     for i in range(H):
-        _backward(dH[i], Z[i], Z[H + i], Z[2 * H + i], Sp[i], E[i], Xin[i], Xout[i],
-                  dZ[i], dZ[H + i], dZ[2 * H + i], dZh[2 * H + i])
-        dZh[i, :] = dZ[i]
-        dZh[H + i, :] = dZ[H + i]
+        _backward(dH[i, d], Zm[i, s], Zm[H + i, s], Zm[2 * H + i, s], Sm[i, p], Em[i, s],
+                  Xin[i, cxi:cxi + n], Xout[i, cxo:cxo + n], dZ[i, d], dZ[H + i, d],
+                  dZ[2 * H + i, d], dZh[2 * H + i, d])
+        dZh[i, d] = dZ[i, d]
+        dZh[H + i, d] = dZ[H + i, d]
 
 
 @jit(inline="always")
-def backward_tm(dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act):
-    _backward(dh[:H], z[:H], z[H:2 * H], z[2 * H:3 * H], sp[:H], e[:H], xin[:H], xout[:H],
-              dz[:H], dz[H:2 * H], dz[2 * H:3 * H], dzh[2 * H:3 * H])
+def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
+    z = Z[t + 1, b]
+    dz = dZ[t * B + b]
+    dzh = dZh[t * B + b]
+    x = X[b, :H]
+    _backward(dH[t * B + b, :H], z[:H], z[H:2 * H], z[2 * H:3 * H], S[t, b, :H],
+              E[t + 1, b, :H], x, x, dz[:H], dz[H:2 * H], dz[2 * H:3 * H], dzh[2 * H:3 * H])
     dzh[:2 * H] = dz[:2 * H]
 
 

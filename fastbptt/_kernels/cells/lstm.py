@@ -16,6 +16,8 @@ from .._jit import jit
 from ..mathfuncs import sigmoid, tanh
 
 
+SUMS = False       # backward_fm adds to the lag-major sum itself
+
 @jit(inline="always")
 def _forward(zi, zf, zg, zo, cp, c, h):
     for j in range(h.shape[0]):
@@ -47,29 +49,41 @@ def prepare_fm(Sm, fp, B, act):
 
 
 @jit(inline="always")
-def forward_fm(Z, S, Sp, E, C, Cp, Hid, act, buf):
-    H = S.shape[0]
+def forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
+    H = Sm.shape[0]
+    a, b, p = cs, cs + B, cs - B
     for i in range(H):
-        _forward(Z[i], Z[H + i], Z[2 * H + i], Z[3 * H + i], Cp[i], C[i], S[i])
+        _forward(Zm[i, a:b], Zm[H + i, a:b], Zm[2 * H + i, a:b], Zm[3 * H + i, a:b],
+                 Cm[i, p:a], Cm[i, a:b], Sm[i, a:b])
 
 
 @jit(inline="always")
-def forward_tm(z, s, sp, e, c, cp, hid, H, act):
-    _forward(z[:H], z[H:2 * H], z[2 * H:3 * H], z[3 * H:4 * H], cp[:H], c[:H], s[:H])
+def forward_tm(Z, S, E, C, Hid, t, b, H, act):
+    z = Z[t + 1, b]
+    _forward(z[:H], z[H:2 * H], z[2 * H:3 * H], z[3 * H:4 * H], C[t, b, :H], C[t + 1, b, :H],
+             S[t + 1, b, :H])
 
 
 @jit(inline="always")
-def backward_fm(dH, dZ, dZh, Z, S, Sp, E, C, Cp, Xin, Xout, fp, act):
+def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, Xin, cxi, Xout, cxo, fp, n, act,
+                total):
     H = dH.shape[0]
+    d, s, p = slice(cd, cd + n), slice(cs, cs + n), slice(cs - B, cs - B + n)
+    xi, xo = slice(cxi, cxi + n), slice(cxo, cxo + n)
     for i in range(H):
-        _backward(dH[i], Z[i], Z[H + i], Z[2 * H + i], Z[3 * H + i], C[i], Cp[i], Xin[i],
-                  Xout[i], dZ[i], dZ[H + i], dZ[2 * H + i], dZ[3 * H + i])
+        _backward(dH[i, d], Zm[i, s], Zm[H + i, s], Zm[2 * H + i, s], Zm[3 * H + i, s],
+                  Cm[i, s], Cm[i, p], Xin[i, xi], Xout[i, xo], dZ[i, d], dZ[H + i, d],
+                  dZ[2 * H + i, d], dZ[3 * H + i, d])
 
 
 @jit(inline="always")
-def backward_tm(dh, dz, dzh, z, s, sp, e, c, cp, xin, xout, H, act):
-    _backward(dh[:H], z[:H], z[H:2 * H], z[2 * H:3 * H], z[3 * H:4 * H], c[:H], cp[:H],
-              xin[:H], xout[:H], dz[:H], dz[H:2 * H], dz[2 * H:3 * H], dz[3 * H:4 * H])
+def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
+    z = Z[t + 1, b]
+    dz = dZ[t * B + b]
+    x = X[b, :H]
+    _backward(dH[t * B + b, :H], z[:H], z[H:2 * H], z[2 * H:3 * H], z[3 * H:4 * H],
+              C[t + 1, b, :H], C[t, b, :H], x, x, dz[:H], dz[H:2 * H], dz[2 * H:3 * H],
+              dz[3 * H:4 * H])
 
 
 @jit(inline="always")
