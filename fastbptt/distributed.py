@@ -28,10 +28,12 @@ to ``FASTBPTT_WORKER_WAIT`` seconds (60) for at least one.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import os
 import signal
+import sys
 import time
 
 import numpy as np
@@ -142,6 +144,10 @@ async def _result(future):
     return await future
 
 
+def _ignore(unraisable):
+    """An unraisablehook that prints nothing."""
+
+
 class DaskBlocks:
     """The blocks of a run on a cluster's workers, in worker order (`Workers.place`)."""
 
@@ -227,9 +233,22 @@ class Workers:
     @classmethod
     def connect(cls, address, *, want=None, timeout=10):
         """The workers of the cluster whose scheduler is at ``address`` (Dask's security
-        settings apply: TLS with ``tls://`` addresses and the configured certificates)."""
-        client = _dask.Client(address, timeout=timeout, direct_to_workers=True,
-                              set_as_default=False)
+        settings apply: TLS with ``tls://`` addresses and the configured certificates).
+        ConnectionError saying why when Dask cannot connect."""
+        failed = None
+        hook, sys.unraisablehook = sys.unraisablehook, _ignore
+        try:
+            try:
+                client = _dask.Client(address, timeout=timeout, direct_to_workers=True,
+                                      set_as_default=False)
+            except Exception as error:      # a refused or timed out connection, bad TLS
+                failed = f"{type(error).__name__}: {' '.join(str(error).split())}"
+            if failed is not None:
+                gc.collect()                # a half-made Client complains when collected
+        finally:
+            sys.unraisablehook = hook
+        if failed is not None:
+            raise ConnectionError(failed)
         return cls(client, want=want)
 
     def __enter__(self):
