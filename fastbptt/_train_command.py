@@ -107,17 +107,20 @@ class _Run:
             self.workers.close()
 
 
-def _dask(args):
-    """`fastbptt.distributed` for --workers or --scheduler (None without them), or the
-    one line naming the extra to install."""
-    if not (args.workers or args.scheduler):
-        return None
+def distributed_module(option):
+    """`fastbptt.distributed`, or the one line saying that ``option`` needs its extra."""
     try:
         from . import distributed
     except ImportError:
-        raise CommandError(f"{'--scheduler' if args.scheduler else '--workers'} needs Dask: "
-                           f"{DISTRIBUTED}") from None
+        raise CommandError(f"{option} needs Dask: {DISTRIBUTED}") from None
     return distributed
+
+
+def _dask(args):
+    """`fastbptt.distributed` for --workers or --scheduler, else None."""
+    if not (args.workers or args.scheduler):
+        return None
+    return distributed_module("--scheduler" if args.scheduler else "--workers")
 
 
 def _workers(dask, args, options):

@@ -75,6 +75,14 @@ def bench(args):
     from .bench import report, runner
     from .bench.workloads import DEFAULT
 
+    if args.distributed:
+        from ._train_command import distributed_module
+        distributed_module("--distributed")
+        from .bench import distributed
+
+        distributed.run()
+        return 0
+
     if args.plot:                               # fail before minutes of measuring
         _preflight.plot_file(args.plot)
     if args.json:
@@ -334,6 +342,9 @@ def build_parser():
     b.add_argument("--plot", metavar="FILE.png",
                    help="bar chart of the speed ratios (needs matplotlib)")
     b.add_argument("--json", metavar="FILE", help="write every measurement as JSON")
+    b.add_argument("--distributed", action="store_true",
+                   help="instead: training on 2 Dask workers against one process, equality "
+                        "and speed (needs the distributed extra)")
     b.set_defaults(run=bench)
     _add_train(commands)
     parser.commands = commands.choices          # name -> its parser
