@@ -59,6 +59,13 @@ POLL = 1.0              # seconds between checks that the workers of a step are 
 ALIGN = 64              # bytes: where each array starts in a flat buffer
 
 
+def _silence():
+    """No log lines from Dask in this process (a command says what happened itself)."""
+    for name in ["distributed", *logging.root.manager.loggerDict]:
+        if name == "distributed" or name.startswith("distributed."):
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
 def _worker_wait():
     return float(os.environ.get("FASTBPTT_WORKER_WAIT", 60))
 
@@ -178,19 +185,25 @@ class DaskBlocks:
             for task in tasks:
                 task.cancel()
 
-    def _wait(self, calls):
-        """The results of one call per block, in block order; `BlockLost` when a worker
-        that holds a block is no longer in the cluster."""
+    def call(self, method, *args):
+        """The results of ``method(*args)`` of every block, in block order; `BlockLost`
+        when a worker that holds a block is no longer in the cluster."""
+        calls = []
+        for address, actor in zip(self.addresses, self.actors):
+            try:
+                calls.append(getattr(actor, method)(*args))
+            except RuntimeError:            # Dask knows already: "Worker holding Actor was lost"
+                raise BlockLost(address) from None
         return self.client.sync(self._gather, calls)
 
     def gradients(self, step, params):
         flat = self.layout.pack(params, self._out)
-        results = self._wait([a.compute(step, flat) for a in self.actors])
+        results = self.call("compute", step, flat)
         return combine([(loss, self.layout.views(np.array(g) if i == 0 else g), n, s)
                         for i, (loss, g, n, s) in enumerate(results)])
 
     def state(self, step):
-        return merge_states(self._wait([a.state(step) for a in self.actors]))
+        return merge_states(self.call("state", step))
 
     def close(self):
         """Release the actors: their workers drop them."""
@@ -211,12 +224,15 @@ class Workers:
     @classmethod
     def local(cls, n, *, quiet=True):
         """A cluster of ``n`` worker processes of one thread each on this machine, listening
-        on 127.0.0.1 only (their HTTP endpoints too, on free ports).
+        on 127.0.0.1 only (their HTTP endpoints too, on free ports); ``quiet``: no log lines
+        from Dask, here or in the workers.
 
         Dask sets OPENBLAS_NUM_THREADS=1 (and OMP_, MKL_) in this process's environment for
         the workers it spawns; this process's own thread count is fixed first, so that its
         BLAS keeps the count it had (fastbptt's default, one)."""
         ensure_default_threads()
+        if quiet:
+            _silence()
         cluster = _dask.LocalCluster(
             n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
             dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
@@ -231,10 +247,13 @@ class Workers:
         return cls(client, cluster=cluster, want=n)
 
     @classmethod
-    def connect(cls, address, *, want=None, timeout=10):
+    def connect(cls, address, *, want=None, timeout=10, quiet=True):
         """The workers of the cluster whose scheduler is at ``address`` (Dask's security
         settings apply: TLS with ``tls://`` addresses and the configured certificates).
-        ConnectionError saying why when Dask cannot connect."""
+        ConnectionError saying why when Dask cannot connect. ``quiet``: no log lines from
+        Dask in this process."""
+        if quiet:
+            _silence()
         failed = None
         hook, sys.unraisablehook = sys.unraisablehook, _ignore
         try:
@@ -314,7 +333,7 @@ class Workers:
                     sent[2], step, actor=True, workers=[address], allow_other_workers=False,
                     pure=False))
             blocks.actors = self._created(blocks.futures, chosen)
-            blocks._wait([a.warm() for a in blocks.actors])
+            blocks.call("warm")
         except (BlockLost, NothingToSave):
             blocks.close()
             raise
