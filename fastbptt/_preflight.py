@@ -109,15 +109,11 @@ def memory(need, what, fix, limit=None):
                            f"of this machine; {fix}")
 
 
-def _layers(options):
-    return "".join(f" --{name} {getattr(options, name)}" for name, default in
-                   (("layers", 1), ("cell", "elman")) if getattr(options, name) != default)
-
-
 def model_memory(options, vocab):
     """`memory` for a training run of ``options`` over ``vocab`` characters."""
     memory(model_bytes(options, vocab),
-           f"--hidden {options.hidden}{_layers(options)} with --batch {options.batch} "
+           f"--hidden {options.hidden} --layers {options.layers} --cell {options.cell} with "
+           f"--batch {options.batch} "
            f"--seq-length {options.seq_length} (weights, gradients, {options.optimizer} "
            "state, working memory)", "choose a smaller --hidden, --batch or --seq-length")
 

@@ -135,17 +135,18 @@ def check_model(params, codec, options, hidden=None, optimizer_state=None, cell_
     V = len(codec)
     want = leaf_shapes(V, options.hidden, V, cell=options.cell, num_layers=options.layers)
     arrays = leaves(params)
-    model = f"{describe_model(options)} over {V} characters"
-    for name in want:
-        if name not in arrays:
+    model = f"a model of {describe_model(options)} over {V} characters"
+    for name, shape in want.items():
+        value = arrays.get(name)
+        if value is None:
             raise ValueError(f"params {name} is missing; {model} has one")
-    for name, value in arrays.items():
-        if name not in want:
-            raise ValueError(f"params {name} does not belong to {model}")
-        if value.shape != want[name]:
-            raise ValueError(f"params {name} is {value.shape}; {model} needs {want[name]}")
+        if value.shape != shape:
+            raise ValueError(f"params {name} is {value.shape}; {model} needs {shape}")
         if not np.isfinite(value).all():
             raise ValueError(f"params {name} holds NaN or inf")
+    for name in arrays:
+        if name not in want:
+            raise ValueError(f"params {name} does not belong to {model}")
     _states(params, options, hidden, cell_state)
     for name, slot in (optimizer_state or {}).items():
         for key, buffer in slot.items():

@@ -66,8 +66,8 @@ class TrainOptions:
     """What a run is: fixed when it starts and restored by --resume."""
 
     hidden: int = 256
-    cell: str = "elman"            # "elman", "gru" or "lstm"
-    layers: int = 1
+    cell: str = "gru"              # "elman", "gru" or "lstm"
+    layers: int = 2
     seq_length: int = 50
     batch: int = 32
     optimizer: str = "adam"

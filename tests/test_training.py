@@ -15,7 +15,7 @@ from fastbptt.train import TrainOptions, Trainer, evaluate
 
 TEXT = ("the quick brown fox jumps over the lazy dog. " * 6
         + "def f(x):\n    return x + 1\n" * 6) * 4
-SMALL = dict(hidden=24, seq_length=12, batch=4, lr=1e-2)
+SMALL = dict(hidden=24, seq_length=12, batch=4, lr=1e-2, cell="elman", layers=1)
 
 
 def make(options=None, *, resume=None, text=TEXT):
@@ -118,8 +118,9 @@ def corpus(tmp_path):
 
 
 def small_args(corpus, ckpt, *more):
-    return ["train", str(corpus), "--hidden", "16", "--batch", "4", "--seq-length", "10",
-            "--checkpoint", str(ckpt), "--no-progress", "--sample-chars", "20", *more]
+    return ["train", str(corpus), "--hidden", "16", "--cell", "elman", "--layers", "1",
+            "--batch", "4", "--seq-length", "10", "--checkpoint", str(ckpt), "--no-progress",
+            "--sample-chars", "20", *more]
 
 
 def test_train_and_sample_commands(corpus, tmp_path, capsys):
