@@ -5,8 +5,8 @@
   weight); then the checkpoint written with 2 workers resumed on 1 worker, 10 steps more,
   against the one process.
 - Throughput: ``fastbptt train``'s step (the batcher, `bptt` with the carried state,
-  clipping, Adam) with B = 64, T = 50, H = 256, float32 and the default model, on the
-  default corpus: one process with BLAS on one thread (the default) and on two, and 1 and
+  clipping, Adam) with B = 64, T = 50, H = 256, float32, on the default corpus, for the
+  default model and for one Elman layer (the least work per byte of model): one process with BLAS on one thread (the default) and on two, and 1 and
   2 worker processes of one thread each. The configurations take turns, ``ROUNDS`` rounds
   of ``STEPS`` steps each, so that a neighbour's load spreads over all of them; each
   figure is the median round. Per step: the time in `bptt` on the slowest worker, the
@@ -73,12 +73,11 @@ def equality(workers, codec, ids):
     return out
 
 
-def throughput(workers, codec, ids):
+def throughput(workers, codec, ids, options):
     """{configuration: (seconds per step, {bptt, round trip, update} per step)}."""
     from .._threads import set_num_threads
     from ..distributed import Workers
 
-    options = TrainOptions(batch=64, seq_length=50, hidden=256, dtype="float32")
     runs = {"one process, 1 thread": (Trainer(options, ids, codec), 1),
             "one process, 2 threads": (Trainer(options, ids, codec), 2)}
     for n in (1, 2):
@@ -127,26 +126,39 @@ def projection(step_bytes, per_cursor, fixed, per_worker, workers=(8, 64), curso
     return out
 
 
+MODELS = {"the default model": {}, "one Elman layer": {"cell": "elman", "layers": 1}}
+
+
 def run(out=print):
-    from ..distributed import Layout, Workers
+    from ..distributed import Workers
 
     codec, ids = _corpus()
     with Workers.local(2) as workers:
         same = equality(workers, codec, ids)
-        speed = throughput(workers, codec, ids)
+        speeds = {name: throughput(workers, codec, ids, TrainOptions(
+            batch=64, seq_length=50, hidden=256, dtype="float32", **model))
+            for name, model in MODELS.items()}
     out("equality, 2 workers vs one process (max |difference| / max |weight|, per array):")
     for dtype, (two, one) in same.items():
         out(f"  {dtype}: after 30 steps {two:.1e}; resumed on 1 worker, 10 steps more "
             f"{one:.1e}")
+    for name, model in MODELS.items():
+        _report(out, name, TrainOptions(batch=64, **model), speeds[name], codec, ids)
+
+
+def _report(out, name, options, speed, codec, ids):
+    """The throughput table of one model, its traffic and the projection."""
+    from .._resume import describe_model
+    from ..distributed import Layout
+
     base = speed["one process, 1 thread"][0]
-    options = TrainOptions(batch=64)
     chars = options.batch * options.seq_length
-    out(f"\nthroughput, B={options.batch} T={options.seq_length} H={options.hidden} "
-        f"float32 {options.cell}, median of {ROUNDS} rounds of {STEPS} steps:")
+    out(f"\nthroughput of {name} ({describe_model(options)}), B={options.batch} "
+        f"T={options.seq_length} float32, median of {ROUNDS} rounds of {STEPS} steps:")
     out(f"  {'':26s} {'ms/step':>8s} {'chars/s':>9s} {'vs 1 process':>12s} "
         f"{'bptt':>6s} {'round trip':>10s} {'update':>6s}")
-    for name, (seconds, part) in speed.items():
-        out(f"  {name:26s} {1e3 * seconds:8.2f} {chars / seconds:9,.0f} "
+    for config, (seconds, part) in speed.items():
+        out(f"  {config:26s} {1e3 * seconds:8.2f} {chars / seconds:9,.0f} "
             f"{base / seconds:11.2f}x {1e3 * part['bptt']:6.2f} "
             f"{1e3 * part['round trip']:10.2f} {1e3 * part['update']:6.2f}")
     model = Trainer(options, ids[:10_000], codec).params
@@ -155,7 +167,7 @@ def run(out=print):
     per_cursor = two["bptt"] / (options.batch // 2)
     per_worker = max(two["round trip"] - one["round trip"], 0.0)
     fixed = one["round trip"] - per_worker + two["update"]
-    out(f"\ntraffic: {step_bytes / 1e6:.2f} MB per step per worker (the model out, its "
+    out(f"  traffic: {step_bytes / 1e6:.2f} MB per step per worker (the model out, its "
         f"gradient back, {step_bytes // 2:,} bytes each); bptt {1e6 * per_cursor:.0f} us "
         f"per cursor; round trip {1e3 * fixed:.2f} ms + {1e3 * per_worker:.2f} ms per "
         f"worker (from 1 and 2 workers here), plus the transfers at 10 Gb/s")
