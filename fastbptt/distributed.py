@@ -28,9 +28,11 @@ to ``FASTBPTT_WORKER_WAIT`` seconds (60) for at least one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import math
+import mmap
 import os
 import signal
 import sys
@@ -39,6 +41,7 @@ import time
 import numpy as np
 
 try:
+    import dask
     import distributed as _dask
     from distributed.diagnostics.plugin import WorkerPlugin
 except ImportError:
@@ -105,17 +108,68 @@ class Layout:
                             for name, shape, offset in self.slots})
 
 
+class Mapping:
+    """The buffers of a local cluster's run, shared by its processes through one file in
+    /dev/shm (memory, not disk): part 0 the model, part i + 1 worker i's gradient, each a
+    `Layout` buffer starting on a page. The training process writes the model there before
+    each step and reads the gradients after it, so a step's messages carry no arrays.
+    The file is removed once every worker has mapped it (`remove`); the mappings live on,
+    and nothing is left behind whatever happens to the processes."""
+
+    FOLDER = "/dev/shm"
+
+    def __init__(self, layout, parts, path, create=False):
+        self.layout, self.parts, self.path = layout, parts, path
+        unit = mmap.PAGESIZE
+        self.stride = -(-layout.size * layout.dtype.itemsize // unit) * unit
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o600)
+        try:
+            if create:
+                os.ftruncate(fd, self.stride * parts)
+            self.map = mmap.mmap(fd, self.stride * parts)
+        finally:
+            os.close(fd)
+
+    @classmethod
+    def create(cls, layout, workers):
+        """A new mapping for ``workers`` workers, or None where /dev/shm cannot hold it."""
+        path = os.path.join(cls.FOLDER, f"fastbptt-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            return cls(layout, workers + 1, path, create=True)
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return None
+
+    def part(self, i):
+        return np.frombuffer(self.map, self.layout.dtype, self.layout.size, i * self.stride)
+
+    def remove(self):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def __reduce__(self):                   # a worker maps the same file
+        return Mapping, (self.layout, self.parts, self.path)
+
+
 class _Block:
     """A worker's block of cursors (the Dask actor): a `CursorBlock` computing with views of
-    one flat buffer that each step's model is copied into."""
+    one flat buffer that each step's model is copied into, or, on this machine, of the
+    model's part of a `Mapping`, whose gradient part it writes."""
 
-    def __init__(self, version, ids, rows, segment, recipe, layout, flat, carried, step):
+    def __init__(self, version, ids, rows, segment, recipe, layout, flat, carried, step,
+                 shared=None):
         if version != __version__:
             raise RuntimeError(f"this worker has fastbptt {__version__}, the run fastbptt "
                                f"{version}; install the same version everywhere")
         self.layout = layout
-        self.flat = layout.empty()
-        np.copyto(self.flat, flat)
+        if shared is None:
+            self.flat, self.out = layout.empty(), None
+            np.copyto(self.flat, flat)
+        else:
+            mapping, index = shared
+            self.flat, self.out = mapping.part(0), mapping.part(index + 1)
         self.block = CursorBlock(ids, rows, segment, recipe, layout.views(self.flat),
                                  carried, step)
 
@@ -125,10 +179,15 @@ class _Block:
                 self.block.recipe)
         return True
 
-    def compute(self, step, flat):
-        np.copyto(self.flat, flat)
+    def compute(self, step, flat=None):
+        """The block's step: its gradient returned, or, shared, written to the mapping."""
+        if flat is not None:
+            np.copyto(self.flat, flat)
         loss, grads, chars, seconds = self.block.compute(step, self.block.params)
-        return loss, self.layout.pack(grads), chars, seconds
+        if self.out is None:
+            return loss, self.layout.pack(grads), chars, seconds
+        self.layout.pack(grads, self.out)
+        return loss, None, chars, seconds
 
     def state(self, step):
         return self.block.state(step)
@@ -158,10 +217,10 @@ def _ignore(unraisable):
 class DaskBlocks:
     """The blocks of a run on a cluster's workers, in worker order (`Workers.place`)."""
 
-    def __init__(self, client, addresses, rows, layout):
+    def __init__(self, client, addresses, rows, layout, mapping=None):
         self.client, self.addresses, self.rows, self.layout = client, addresses, rows, layout
-        self.futures, self.actors = [], []
-        self._out = layout.empty()
+        self.futures, self.actors, self.mapping = [], [], mapping
+        self._out = layout.empty() if mapping is None else mapping.part(0)
 
     async def _gather(self, calls):
         tasks = [asyncio.ensure_future(_result(call)) for call in calls]
@@ -198,7 +257,11 @@ class DaskBlocks:
 
     def gradients(self, step, params):
         flat = self.layout.pack(params, self._out)
-        results = self.call("compute", step, flat)
+        if self.mapping is None:
+            results = self.call("compute", step, flat)
+        else:
+            results = [(loss, self.mapping.part(i + 1), n, s) for i, (loss, _, n, s)
+                       in enumerate(self.call("compute", step))]
         return combine([(loss, self.layout.views(np.array(g) if i == 0 else g), n, s)
                         for i, (loss, g, n, s) in enumerate(results)])
 
@@ -210,6 +273,8 @@ class DaskBlocks:
         for future in self.futures:
             future.release()
         self.futures, self.actors = [], []
+        if self.mapping is not None:
+            self.mapping.remove()
 
 
 class Workers:
@@ -217,8 +282,9 @@ class Workers:
     `fastbptt.train.Trainer` placement): at most ``want`` of them (all, for None), at most
     one per cursor."""
 
-    def __init__(self, client, *, cluster=None, want=None):
+    def __init__(self, client, *, cluster=None, want=None, shared=False):
         self.client, self.cluster, self.want = client, cluster, want
+        self.shared = shared               # the workers share this machine's memory
         self.placed = 0                    # workers the last placement used
 
     @classmethod
@@ -233,10 +299,17 @@ class Workers:
         ensure_default_threads()
         if quiet:
             _silence()
-        cluster = _dask.LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
-            silence_logs=logging.CRITICAL if quiet else logging.WARNING)
+        # Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, under which every large
+        # array of a step is fresh pages (357 page faults a step for one Elman layer at
+        # B = 32, 13% of its time here): these workers keep the C library's default
+        environ = {name: value for name, value in
+                   dask.config.get("distributed.nanny.pre-spawn-environ").items()
+                   if name != "MALLOC_TRIM_THRESHOLD_"}
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+            cluster = _dask.LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
+                silence_logs=logging.CRITICAL if quiet else logging.WARNING)
         try:
             client = _dask.Client(cluster, direct_to_workers=True, set_as_default=False)
             client.register_plugin(_IgnoreInterrupts())
@@ -244,7 +317,7 @@ class Workers:
         except BaseException:
             cluster.close()
             raise
-        return cls(client, cluster=cluster, want=n)
+        return cls(client, cluster=cluster, want=n, shared=True)
 
     @classmethod
     def connect(cls, address, *, want=None, timeout=10, quiet=True):
@@ -269,6 +342,11 @@ class Workers:
         if failed is not None:
             raise ConnectionError(failed)
         return cls(client, want=want)
+
+    def limited(self, n):
+        """The same cluster's workers, at most ``n`` of them, for another run (closing
+        stays with this object)."""
+        return Workers(self.client, want=n, shared=self.shared)
 
     def __enter__(self):
         return self
@@ -316,23 +394,28 @@ class Workers:
         chosen = found[:min(len(found), batch, self.want or batch)]
         rows = split_rows(batch, len(chosen))
         layout = Layout(params)
-        flat = layout.pack(params)
+        mapping = Mapping.create(layout, len(chosen)) if self.shared else None
+        blocks = DaskBlocks(self.client, chosen, rows, layout, mapping)
+        flat = layout.pack(params, blocks._out)
         small = np.uint8 if ids.max(initial=0) < 256 else np.int32
-        blocks = DaskBlocks(self.client, chosen, rows, layout)
         try:
-            for address, r, (part, segment, state) in zip(
-                    chosen, rows, block_args(ids, batch, rows, carried)):
+            for i, (address, r, (part, segment, state)) in enumerate(zip(
+                    chosen, rows, block_args(ids, batch, rows, carried))):
                 try:
-                    sent = self.client.scatter([part.astype(small), flat, state],
+                    sent = self.client.scatter([part.astype(small), state]
+                                               + ([flat] if mapping is None else []),
                                                workers=[address], direct=True, hash=False,
                                                timeout=5 * POLL)
                 except (OSError, TimeoutError):
                     raise BlockLost(address) from None
                 blocks.futures.append(self.client.submit(
-                    _Block, __version__, sent[0], r, segment, recipe, layout, sent[1],
-                    sent[2], step, actor=True, workers=[address], allow_other_workers=False,
-                    pure=False))
+                    _Block, __version__, sent[0], r, segment, recipe, layout,
+                    sent[2] if mapping is None else None, sent[1], step,
+                    None if mapping is None else (mapping, i), actor=True,
+                    workers=[address], allow_other_workers=False, pure=False))
             blocks.actors = self._created(blocks.futures, chosen)
+            if mapping is not None:
+                mapping.remove()                  # every worker has mapped it
             blocks.call("warm")
         except (BlockLost, NothingToSave):
             blocks.close()

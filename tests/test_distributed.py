@@ -65,7 +65,7 @@ def test_two_workers_equal_one_process_and_resume_on_one_or_none(workers, tmp_pa
     np.testing.assert_allclose(two.carried.h, one.carried.h, rtol=0, atol=tol)
     saved = checkpoint.load(two.save(tmp_path / "two.npz"))
     two.close()
-    single = distributed.Workers(workers.client, want=1)
+    single = workers.limited(1)
     on_one = trainer(dtype, cell, layers, placement=single.place, resume=saved)
     at_home = trainer(dtype, cell, layers, resume=saved)
     assert on_one.blocks.rows == [(0, 7)]
@@ -174,9 +174,21 @@ def dask_cluster(tmp_path):
                                           stderr=subprocess.DEVNULL, start_new_session=True))
         yield address, procs
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+        stop(reversed(procs))
+
+
+def stop(procs):
+    """SIGTERM each process group, which Dask's commands answer by closing their workers and
+    cleaning up after them (SIGKILL would leave their semaphores in /dev/shm); SIGKILL
+    only for what is still there 30 s later."""
+    procs = [p for p in procs if p.poll() is None]
+    for proc in procs:
+        os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=30)
 
 
@@ -194,8 +206,7 @@ def test_train_on_a_cluster_of_dask_commands_then_lose_every_worker(tmp_path, da
                  FASTBPTT_WORKER_WAIT="1")
     try:
         wait_for_step(tmp_path / "lost.npz", 100, proc)
-        for worker in procs[1:]:
-            os.killpg(worker.pid, signal.SIGKILL)       # the nanny and its worker
+        stop(procs[1:])                                # every worker leaves
         time.sleep(0.5)
         kept = (tmp_path / "lost.npz").read_bytes()
         outcome = finish(proc)

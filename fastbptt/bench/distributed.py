@@ -50,8 +50,6 @@ def _corpus():
 def equality(workers, codec, ids):
     """{dtype: (after 30 steps on 2 workers, after 10 more on 1 worker)}: relative
     differences from one process."""
-    from ..distributed import Workers
-
     out = {}
     for dtype in ("float64", "float32"):
         options = TrainOptions(hidden=64, batch=16, dtype=dtype)
@@ -64,7 +62,7 @@ def equality(workers, codec, ids):
         saved = two.checkpoint()
         two.close()
         single = Trainer(options, ids, codec, resume=saved,
-                         placement=Workers(workers.client, want=1).place)
+                         placement=workers.limited(1).place)
         for _ in range(10):
             one.train_step()
             single.train_step()
@@ -76,12 +74,11 @@ def equality(workers, codec, ids):
 def throughput(workers, codec, ids, options):
     """{configuration: (seconds per step, {bptt, round trip, update} per step)}."""
     from .._threads import set_num_threads
-    from ..distributed import Workers
 
     runs = {"one process, 1 thread": (Trainer(options, ids, codec), 1),
             "one process, 2 threads": (Trainer(options, ids, codec), 2)}
     for n in (1, 2):
-        placement = Workers(workers.client, want=n).place
+        placement = workers.limited(n).place
         runs[f"{n} worker{'s' * (n > 1)}, 1 thread each"] = (
             Trainer(options, ids, codec, placement=placement), 1)
     rounds = {name: [] for name in runs}            # (seconds, {part: seconds}) per step
