@@ -5,6 +5,7 @@ signals back until the file is complete and words a failure the same way.
 from __future__ import annotations
 
 from ._command_errors import CommandError, describe
+from ._cursors import BlockLost
 
 __all__ = ["save_checkpoint", "Diverged", "NothingToSave", "Schedule", "failure"]
 
@@ -82,6 +83,9 @@ def failure(error, trainer, path, extra, guard):
         save_checkpoint(trainer, path, extra, guard)
     except CommandError as unsaved:
         return CommandError(f"{describe(error)} after step {trainer.step}, and {unsaved}")
+    except BlockLost as lost:
+        return CommandError(f"{describe(error)} after step {trainer.step}, and {lost} before "
+                            f"its cursors' states were saved; nothing was saved over {path}")
     if isinstance(error, Diverged):
         return CommandError(
             f"the run diverged: {error}, so that step was not applied; the state before it "

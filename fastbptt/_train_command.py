@@ -272,8 +272,8 @@ class _Loop:
         return self.budget is not None and now - self.start >= self.budget
 
     def run(self):
-        """Steps until the target, the budget or a signal; BlockLost only from the final
-        save (a lost worker during the loop is recovered from here)."""
+        """Steps until the target, the budget or a signal, going on after a lost worker
+        (`recover`)."""
         trainer, options = self.trainer, self.r.options
         while self.guard.received is None:
             now = time.perf_counter()
