@@ -343,10 +343,10 @@ class Workers:
             raise ConnectionError(failed)
         return cls(client, want=want)
 
-    def limited(self, n):
+    def limited(self, n, *, shared=True):
         """The same cluster's workers, at most ``n`` of them, for another run (closing
-        stays with this object)."""
-        return Workers(self.client, want=n, shared=self.shared)
+        stays with this object); ``shared=False``: buffers in messages even on one machine."""
+        return Workers(self.client, want=n, shared=self.shared and shared)
 
     def __enter__(self):
         return self

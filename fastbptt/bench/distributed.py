@@ -6,14 +6,16 @@
   against the one process.
 - Throughput: ``fastbptt train``'s step (the batcher, `bptt` with the carried state,
   clipping, Adam) with B = 64, T = 50, H = 256, float32, on the default corpus, for the
-  default model and for one Elman layer (the least work per byte of model): one process with BLAS on one thread (the default) and on two, and 1 and
-  2 worker processes of one thread each. The configurations take turns, ``ROUNDS`` rounds
+  default model and for one Elman layer (the least work per byte of model): one process
+  with BLAS on one thread (the default) and on two, and 1 and 2 worker processes of one
+  thread each, sharing the buffers through /dev/shm (a local cluster) or sending them in
+  Dask's messages over TCP (as across machines). The configurations take turns, ``ROUNDS`` rounds
   of ``STEPS`` steps each, so that a neighbour's load spreads over all of them; each
   figure is the median round. Per step: the time in `bptt` on the slowest worker, the
   round trip around it (the model out, the gradients back, adding them) and clipping
   with the update.
 - Traffic: bytes a step sends to and from each worker (the flat buffers of the model and
-  of its gradient) and, from them and the measured times, the efficiency of N workers on
+  of its gradient) and, from them and the times over TCP, the efficiency of N workers on
   a 10 Gb/s network and the cursors per worker that keep it at 90%.
 """
 from __future__ import annotations
@@ -31,6 +33,10 @@ __all__ = ["run", "equality", "throughput", "projection"]
 
 ROUNDS, STEPS = 7, 20
 LINK = 10e9 / 8                  # bytes per second of a 10 Gb/s network
+
+
+def _config(n, how):
+    return f"{n} worker{'s' * (n > 1)}, {how}"
 
 
 def _relative(a, b):
@@ -77,10 +83,10 @@ def throughput(workers, codec, ids, options):
 
     runs = {"one process, 1 thread": (Trainer(options, ids, codec), 1),
             "one process, 2 threads": (Trainer(options, ids, codec), 2)}
-    for n in (1, 2):
-        placement = workers.limited(n).place
-        runs[f"{n} worker{'s' * (n > 1)}, 1 thread each"] = (
-            Trainer(options, ids, codec, placement=placement), 1)
+    for shared, how in ((True, "shared"), (False, "TCP")):
+        for n in (1, 2):
+            placement = workers.limited(n, shared=shared).place
+            runs[_config(n, how)] = (Trainer(options, ids, codec, placement=placement), 1)
     rounds = {name: [] for name in runs}            # (seconds, {part: seconds}) per step
     try:
         for r in range(ROUNDS + 1):                      # round 0 warms up
@@ -160,14 +166,14 @@ def _report(out, name, options, speed, codec, ids):
             f"{1e3 * part['round trip']:10.2f} {1e3 * part['update']:6.2f}")
     model = Trainer(options, ids[:10_000], codec).params
     step_bytes = 2 * Layout(model).size * np.dtype(options.dtype).itemsize
-    one, two = (speed[f"{n} worker{'s' * (n > 1)}, 1 thread each"][1] for n in (1, 2))
+    one, two = (speed[_config(n, "TCP")][1] for n in (1, 2))
     per_cursor = two["bptt"] / (options.batch // 2)
     per_worker = max(two["round trip"] - one["round trip"], 0.0)
     fixed = one["round trip"] - per_worker + two["update"]
     out(f"  traffic: {step_bytes / 1e6:.2f} MB per step per worker (the model out, its "
         f"gradient back, {step_bytes // 2:,} bytes each); bptt {1e6 * per_cursor:.0f} us "
-        f"per cursor; round trip {1e3 * fixed:.2f} ms + {1e3 * per_worker:.2f} ms per "
-        f"worker (from 1 and 2 workers here), plus the transfers at 10 Gb/s")
+        f"per cursor; outside bptt {1e3 * fixed:.2f} ms + {1e3 * per_worker:.2f} ms per "
+        f"worker (from 1 and 2 workers over TCP here), plus the transfers at 10 Gb/s")
     for n, (efficiency, need) in projection(step_bytes, per_cursor, fixed,
                                             per_worker).items():
         out(f"  {n} workers on 10 Gb/s: {100 * efficiency:.0f}% efficient with 32 cursors "
