@@ -1,7 +1,8 @@
 """Loop overhead of ``fastbptt train``: its step against `grad` alone on the same batches.
 
 Group "training", two cases, each timing 20 consecutive batches of the default corpus with
-the command's default sizes (B=32 cursors, T=50, H=256, float32, truncate=stride=T):
+the command's default sizes (B=32 cursors, T=50, H=256, float32, truncate=stride=T) and one
+Elman layer (`ELMAN`, what `grad` alone computes):
 
 - ``grad-alone``: ``fastbptt.grad(x, y, params, truncate=T, stride=T, h0=h0)`` per batch;
 - ``train-step``: `Trainer.train_step`, i.e. the batcher, `bptt` with the carried state,
@@ -22,6 +23,7 @@ from fastbptt.text import Codec, StreamBatcher
 from fastbptt.train import TrainOptions, Trainer
 
 CALLS = 20
+ELMAN = dict(cell="elman", layers=1)
 
 
 @functools.lru_cache(maxsize=None)
@@ -33,7 +35,7 @@ def corpus_ids():
 
 
 def grad_alone():
-    options = TrainOptions()
+    options = TrainOptions(**ELMAN)
     codec, ids = corpus_ids()
     params = fastbptt.init_params(len(codec), options.hidden, len(codec), seed=0)
     batcher = StreamBatcher(ids, options.batch, options.seq_length)
@@ -49,7 +51,7 @@ def grad_alone():
 
 def train_step():
     codec, ids = corpus_ids()
-    trainer = Trainer(TrainOptions(), ids, codec)
+    trainer = Trainer(TrainOptions(**ELMAN), ids, codec)
 
     def run():
         for _ in range(CALLS):

@@ -7,7 +7,8 @@ NumPy loops.
 
 For training loops: `fastbptt.optim` (SGD, Adagrad, Adam, updating params in place),
 `clip_grads`, `fastbptt.text` (a character codec and a stream batcher for chunked training),
-`sample`, `fastbptt.checkpoint`, and the ``fastbptt train`` command (`fastbptt.train`).
+`sample`, `fastbptt.checkpoint`, the `fastbptt.train` trainer behind the ``fastbptt train``
+command, and data-parallel training on Dask (`fastbptt.distributed`, an optional extra).
 """
 import numba as _numba
 

@@ -5,6 +5,7 @@ a corpus too small for the options. Each raises `CommandError` with the fix.
 """
 from __future__ import annotations
 
+import math
 import os
 import zipfile
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from ._command_errors import CommandError, describe
 from .checkpoint import check_target
+from .params import CELLS, leaf_shapes
 
 __all__ = ["output_file", "new_checkpoint", "plot_file", "memory", "model_memory", "corpus",
            "model_bytes"]
@@ -62,10 +64,13 @@ def model_bytes(options, vocab):
     needs: weights, gradients and optimizer state, and the working memory of a training
     step or an evaluation call (32 streams x 128 steps), whichever is larger."""
     H, V = options.hidden, vocab
-    weights = 2 * H * V + H * H + H + V
+    weights = sum(math.prod(shape) for shape in leaf_shapes(
+        V, H, V, cell=options.cell, num_layers=options.layers).values())
     state = {"adam": 2, "adagrad": 1}.get(options.optimizer, 1 if options.momentum else 0)
     k, s = options.window
-    per_step = (7 if s < k else 5) * H + V         # states, deltas, derivatives; errors
+    gates = CELLS[options.cell]
+    # each layer's states, deltas, derivatives and gates; the output errors
+    per_step = options.layers * ((7 if s < k else 5) + 2 * (gates - 1)) * H + V
     work = max(options.batch * options.seq_length, 32 * 128) * per_step
     return np.dtype(options.dtype).itemsize * (weights * (2 + state) + work)
 
@@ -107,9 +112,10 @@ def memory(need, what, fix, limit=None):
 def model_memory(options, vocab):
     """`memory` for a training run of ``options`` over ``vocab`` characters."""
     memory(model_bytes(options, vocab),
-           f"--hidden {options.hidden} with --batch {options.batch} --seq-length "
-           f"{options.seq_length} (weights, gradients, {options.optimizer} state, working "
-           "memory)", "choose a smaller --hidden, --batch or --seq-length")
+           f"--hidden {options.hidden} --layers {options.layers} --cell {options.cell} with "
+           f"--batch {options.batch} "
+           f"--seq-length {options.seq_length} (weights, gradients, {options.optimizer} "
+           "state, working memory)", "choose a smaller --hidden, --batch or --seq-length")
 
 
 def corpus(codec, train_ids, val_ids, options):

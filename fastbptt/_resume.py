@@ -1,14 +1,16 @@
 """What ``fastbptt train --resume`` takes from a checkpoint, and how it checks it.
 
 - Options: the checkpoint's, with a field it lacks (one added to `TrainOptions` after it
-  was written) at its default. The command line may change the learning rate and the
+  was written) at the value runs had before the field existed (``ABSENT``: one Elman
+  layer), else at its default. The command line may change the learning rate and the
   clipping (what a diverged run needs); any other option it gives must agree.
 - Corpus: recognised by its content (the sha256 saved with the run), not by its path:
   the files named on the command line, else the saved paths relative to the
   checkpoint's folder (a project folder moved or renamed with its checkpoint), else the
   saved absolute paths.
-- Model: every array's shape agrees with the options and the vocabulary, and the
-  weights are finite, so a damaged or foreign file is refused before training.
+- Model: every array's name and shape agrees with the options (cell, layers, hidden
+  size) and the vocabulary, so do the carried states', and the weights are finite, so a
+  damaged or foreign file is refused before training.
 """
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ import numpy as np
 from ._command_errors import CommandError, UsageError
 from ._ranges import flag
 from .checkpoint import CheckpointError
-from .params import NAMES
+from .params import Params, leaf_shapes, leaves
 
-__all__ = ["ADJUSTABLE", "resumed_options", "find_corpus", "corpus_paths", "check_model"]
+__all__ = ["ADJUSTABLE", "resumed_options", "find_corpus", "corpus_paths", "check_model",
+           "describe_model"]
 
 ADJUSTABLE = ("lr", "clip_norm", "clip_value")   # may differ from the checkpoint's
 
@@ -30,7 +33,9 @@ ADJUSTABLE = ("lr", "clip_norm", "clip_value")   # may differ from the checkpoin
 def resumed_options(options_class, saved, given, path):
     """The run's options from the checkpoint's ``saved`` dict and the command line's
     ``given`` fields; returns (options, {name: (old, new)} of the adjusted ones)."""
-    fields = {f.name: saved.get(f.name, f.default) for f in dataclasses.fields(options_class)}
+    absent = getattr(options_class, "ABSENT", {})
+    fields = {f.name: saved.get(f.name, absent.get(f.name, f.default))
+              for f in dataclasses.fields(options_class)}
     try:
         options = options_class(**fields)
         options.check()
@@ -97,21 +102,52 @@ def find_corpus(load, files, saved, checkpoint):
                        "checkpoint; name its files: fastbptt train FILE... --resume")
 
 
-def check_model(params, codec, options, hidden=None, optimizer_state=None):
+def describe_model(options):
+    """The model of `fastbptt.train.TrainOptions` ``options`` in words: "2 LSTM layers of
+    hidden size 256"."""
+    cell = {"elman": "Elman", "gru": "GRU", "lstm": "LSTM"}[options.cell]
+    layers = "1 " + cell + " layer" if options.layers == 1 else \
+        f"{options.layers} {cell} layers"
+    return f"{layers} of hidden size {options.hidden}"
+
+
+def _states(params, options, hidden, cell_state):
+    """ValueError unless the carried states fit the model: (B, H) for one Elman layer
+    with its head, (layers, B, H) for a stack; c for an LSTM and for nothing else."""
+    B, H = options.batch, options.hidden
+    want = (B, H) if isinstance(params, Params) else (options.layers, B, H)
+    if options.cell == "lstm" and (hidden is None) != (cell_state is None):
+        raise ValueError("an LSTM's carried state needs both h ('hidden') and c "
+                         "('cell_state'); the file has only one of them")
+    if options.cell != "lstm" and cell_state is not None:
+        raise ValueError(f"it holds a carried cell state ('cell_state'), which only an LSTM "
+                         f"has, for a {options.cell} model")
+    for name, value in (("carried state", hidden), ("carried cell state", cell_state)):
+        if value is not None and value.shape != want:
+            raise ValueError(f"the {name} is {value.shape}, not {want} for {B} cursors of "
+                             f"{describe_model(options)}")
+
+
+def check_model(params, codec, options, hidden=None, optimizer_state=None, cell_state=None):
     """ValueError unless the arrays fit a model of ``options`` over ``codec``'s
-    characters: each shape, the carried state's, the optimizer buffers', and finiteness."""
-    V, H = len(codec), options.hidden
-    want = {"U": (H, V), "W": (H, H), "V": (V, H), "b": (H,), "c": (V,)}
-    arrays = dict(zip(NAMES, params))
-    for name, value in arrays.items():
-        if value is not None and value.shape != want[name]:
-            raise ValueError(f"params {name} is {value.shape}; a model with hidden size {H} "
-                             f"over {V} characters needs {want[name]}")
-        if value is not None and not np.isfinite(value).all():
+    characters: each name and shape, the carried states', the optimizer buffers', and
+    finiteness."""
+    V = len(codec)
+    want = leaf_shapes(V, options.hidden, V, cell=options.cell, num_layers=options.layers)
+    arrays = leaves(params)
+    model = f"a model of {describe_model(options)} over {V} characters"
+    for name, shape in want.items():
+        value = arrays.get(name)
+        if value is None:
+            raise ValueError(f"params {name} is missing; {model} has one")
+        if value.shape != shape:
+            raise ValueError(f"params {name} is {value.shape}; {model} needs {shape}")
+        if not np.isfinite(value).all():
             raise ValueError(f"params {name} holds NaN or inf")
-    if hidden is not None and hidden.shape != (options.batch, H):
-        raise ValueError(f"the carried state is {hidden.shape}, not (batch, hidden) = "
-                         f"{(options.batch, H)}")
+    for name in arrays:
+        if name not in want:
+            raise ValueError(f"params {name} does not belong to {model}")
+    _states(params, options, hidden, cell_state)
     for name, slot in (optimizer_state or {}).items():
         for key, buffer in slot.items():
             if arrays.get(name) is None or buffer.shape != arrays[name].shape:

@@ -1,10 +1,14 @@
 """A training run in one ``.npz`` file, written atomically.
 
-Arrays: ``params.<name>`` (U, W, V, b, c), ``optim.<key>`` (the optimizer's buffers),
-``vocab`` (code points), ``hidden`` (the state carried into the next call), ``history.<key>``.
-Everything else (step, options, the optimizer's numbers, the RNG's state, the batcher's
-position) is one JSON string under ``meta``, with the format's number. Nothing is
-pickled: ``np.load`` reads it with ``allow_pickle=False``.
+Arrays: ``params.<name>`` under the names of `fastbptt.params.leaves` (U, W, V, b, c for
+one Elman layer; ``layers.<l>.<d>.U``, ..., V, c for a stack or a gated cell),
+``optim.<key>`` (the optimizer's buffers), ``vocab`` (code points), ``hidden`` (every
+cursor's state carried into the next call: (B, H), or (layers, B, H) for a stack) and, for
+an LSTM, ``cell_state`` (its c, shaped like ``hidden``), ``history.<key>``. Everything else
+(step, options, the optimizer's numbers, the RNG's state, the cursors' position) is one
+JSON string under ``meta``, with the format's number. Nothing is pickled: ``np.load``
+reads it with ``allow_pickle=False``. Format 1 (before stacks and gated cells) holds one
+Elman layer and is read as before.
 
 Writing: the file goes to a temporary file in the target's folder, is flushed to disk
 and renamed over the target with `os.replace`, so a crash or a full disk leaves the old
@@ -27,13 +31,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .params import NAMES, Params
+from .params import LeafError, from_leaves, leaves
 from .text import Codec
 
 __all__ = ["Checkpoint", "CheckpointError", "save", "load", "check_target"]
 
-FORMAT = 1                   # what `save` writes
-READABLE = (1,)              # what `load` reads
+FORMAT = 2                   # what `save` writes
+READABLE = (1, 2)            # what `load` reads
 
 
 class CheckpointError(ValueError):
@@ -42,35 +46,40 @@ class CheckpointError(ValueError):
 
 @dataclass
 class Checkpoint:
-    params: Params
+    params: object                       # a Params or a Model
     optimizer: dict                      # an optimizer's state_dict()
     codec: Codec
     step: int
     rng_state: dict                      # numpy Generator.bit_generator.state
     options: dict
-    hidden: np.ndarray | None = None     # (B, H) state carried into the next call
+    hidden: np.ndarray | None = None     # (B, H) or (S, B, H) state carried into the next call
     batcher: dict = field(default_factory=dict)
     history: dict = field(default_factory=dict)   # name -> 1-D array
+    cell_state: np.ndarray | None = None  # an LSTM's carried c, shaped like hidden
 
 
 def params_to_arrays(params):
-    """The model's named arrays, ``name -> array``: the one place that knows its layout."""
-    return {name: value for name, value in zip(NAMES, params) if value is not None}
+    """The model's named arrays, ``name -> array`` (`fastbptt.params.leaves`)."""
+    return leaves(params)
 
 
 def params_from_arrays(arrays, fmt=FORMAT):
-    """`params_to_arrays` undone for a file of format ``fmt`` (one layout so far): U, W and
-    V required, b and c optional, each a float matrix or vector."""
-    missing = [name for name in ("U", "W", "V") if name not in arrays]
-    if missing:
-        raise CheckpointError(f"no params.{missing[0]} entry")
+    """`params_to_arrays` undone for a file of format ``fmt``: every array a float matrix
+    or vector, and the names those of a `Params` (format 1 has no other) or a `Model`,
+    with U, W (of every layer) and V present."""
     for name, value in arrays.items():
-        if name not in NAMES:
-            raise CheckpointError(f"unknown entry params.{name}")
         if value.dtype.kind != "f" or value.ndim not in (1, 2):
             raise CheckpointError(f"params.{name} is a {value.ndim}-D {value.dtype} array, "
                                   "not a float matrix or vector")
-    return Params(*(arrays.get(name) for name in NAMES))
+    if fmt == 1:
+        stacked = [name for name in arrays if name.startswith("layers.")]
+        if stacked:
+            raise CheckpointError(f"unknown entry params.{stacked[0]} in a format 1 file")
+    try:
+        return from_leaves(arrays)
+    except LeafError as error:
+        raise CheckpointError(f"no params.{error.name} entry" if error.missing
+                              else f"unknown entry params.{error.name}") from None
 
 
 def _jsonable(value):
@@ -92,8 +101,9 @@ def _arrays(ckpt):
         else:
             optim_numbers[key] = value
     arrays["vocab"] = ckpt.codec.to_array()
-    if ckpt.hidden is not None:
-        arrays["hidden"] = ckpt.hidden
+    for key in ("hidden", "cell_state"):
+        if getattr(ckpt, key) is not None:
+            arrays[key] = getattr(ckpt, key)
     for key, value in ckpt.history.items():
         arrays[f"history.{key}"] = np.asarray(value)
     meta = {"format": FORMAT, "step": int(ckpt.step), "rng_state": ckpt.rng_state,
@@ -232,7 +242,7 @@ def _vocabulary(codes):
 def _read(data):
     meta = _meta(data)
     files = set(data.files)
-    for key in files - {"meta", "vocab", "hidden"}:
+    for key in files - {"meta", "vocab", "hidden", "cell_state"}:
         if not key.startswith(("params.", "optim.", "history.")):
             raise CheckpointError(f"unknown entry {key!r}")
     params = params_from_arrays({key[len("params."):]: data[key] for key in files
@@ -244,14 +254,16 @@ def _read(data):
             optimizer[key[len("optim."):]] = data[key]
         elif key.startswith("history."):
             history[key[len("history."):]] = data[key]
-    hidden = data["hidden"] if "hidden" in files else None
-    if hidden is not None and (hidden.dtype.kind != "f" or hidden.ndim != 2):
-        raise CheckpointError(f"'hidden' is a {hidden.ndim}-D {hidden.dtype} array, not a "
-                              "float matrix")
+    states = {}
+    for key in ("hidden", "cell_state"):
+        value = states[key] = data[key] if key in files else None
+        if value is not None and (value.dtype.kind != "f" or value.ndim not in (2, 3)):
+            raise CheckpointError(f"'{key}' is a {value.ndim}-D {value.dtype} array, not "
+                                  "float states of (batch, hidden) or (layers, batch, hidden)")
     return Checkpoint(params=params, optimizer=optimizer,
                       codec=_vocabulary(_entry(data, "vocab")), step=meta["step"],
-                      rng_state=meta["rng_state"], options=meta["options"], hidden=hidden,
-                      batcher=meta["batcher"], history=history)
+                      rng_state=meta["rng_state"], options=meta["options"],
+                      batcher=meta["batcher"], history=history, **states)
 
 
 def load(path):

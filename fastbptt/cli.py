@@ -76,6 +76,14 @@ def bench(args):
     from .bench import report, runner
     from .bench.workloads import DEFAULT
 
+    if args.distributed:
+        from ._train_command import distributed_module
+        distributed_module("--distributed")
+        from .bench import distributed
+
+        distributed.run()
+        return 0
+
     if args.plot:                               # fail before minutes of measuring
         _preflight.plot_file(args.plot)
     if args.json:
@@ -108,13 +116,13 @@ def bench(args):
     return 0
 
 
-_MODEL_OPTIONS = ("hidden", "seq_length", "batch", "optimizer", "lr", "momentum", "clip_norm",
-                  "clip_value", "truncate", "stride", "dtype", "activation", "seed",
-                  "val_fraction", "lr_decay", "lr_final", "horizon")
+_MODEL_OPTIONS = ("hidden", "cell", "layers", "seq_length", "batch", "optimizer", "lr",
+                  "momentum", "clip_norm", "clip_value", "truncate", "stride", "dtype",
+                  "activation", "seed", "val_fraction", "lr_decay", "lr_final", "horizon")
 
 
 def train(args):
-    from .train import run
+    from ._train_command import run
 
     given = {name: getattr(args, name) for name in _MODEL_OPTIONS
              if getattr(args, name) is not None}
@@ -125,7 +133,7 @@ def train(args):
 
 
 def sample(args):
-    from .train import run_sample
+    from ._train_command import run_sample
 
     return run_sample(args)
 
@@ -172,8 +180,30 @@ def _option_type(field):
     return _type(OPTION_RANGES[field], field)
 
 
+def _checkpoint_every(text):
+    """--checkpoint-every: "500" (steps), "30s" (seconds), "500,30s" (whichever comes
+    first) or "0" (none): (steps, seconds), None where not given."""
+    steps = seconds = None
+    for part in text.replace(" ", "").split(","):
+        if part.lower().endswith("s"):
+            seconds = _type(Range(0), "seconds")(part[:-1])
+        else:
+            steps = _count(part)
+    if not steps and not seconds:
+        return (None, None)
+    return (steps or None, seconds or None)
+
+
+def _address(text):
+    if "://" not in text and ":" not in text:
+        raise argparse.ArgumentTypeError(f"must be a scheduler's address such as "
+                                         f"tcp://host:8786; got {text!r}")
+    return text
+
+
 def _add_train(commands):
-    from .train import DEFAULT_TIME, TrainOptions
+    from ._train_command import DEFAULT_CHECKPOINT_EVERY, DEFAULT_TIME
+    from .train import TrainOptions
 
     d = TrainOptions()
     t = commands.add_parser(
@@ -191,6 +221,11 @@ def _add_train(commands):
     g = t.add_argument_group("model and data (fixed for a run; --resume takes them from "
                              "the checkpoint)")
     g.add_argument("--hidden", type=_option_type("hidden"), help=f"hidden size H ({d.hidden})")
+    g.add_argument("--cell", choices=["elman", "gru", "lstm"],
+                   help=f"recurrent cell (PyTorch's equations) ({d.cell})")
+    g.add_argument("--layers", type=_option_type("layers"),
+                   help=f"stacked layers, one direction (a model that generates text reads "
+                        f"left to right) ({d.layers})")
     g.add_argument("--seq-length", type=_option_type("seq_length"), dest="seq_length",
                    help=f"steps T per call and cursor ({d.seq_length})")
     g.add_argument("--batch", type=_option_type("batch"),
@@ -220,7 +255,7 @@ def _add_train(commands):
                    help="stride s, 1 <= s <= k (k: chunks; 1: a window per output)")
     g.add_argument("--dtype", choices=["float32", "float64"], help=f"({d.dtype})")
     g.add_argument("--activation", choices=["tanh", "sigmoid", "relu", "identity"],
-                   help=f"({d.activation})")
+                   help=f"the Elman cell's ({d.activation})")
     g.add_argument("--seed", type=_option_type("seed"), help=f"weights and samples ({d.seed})")
     g.add_argument("--val-fraction", type=_option_type("val_fraction"), dest="val_fraction",
                    help=f"last part of the text held out ({d.val_fraction:g})")
@@ -234,6 +269,18 @@ def _add_train(commands):
     r.add_argument("--checkpoint", default="fastbptt-char.npz",
                    help="where to save (and --resume from) (fastbptt-char.npz)")
     r.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    r.add_argument("--checkpoint-every", type=_checkpoint_every, dest="checkpoint_every",
+                   metavar="N|Ts|N,Ts",
+                   help="also save every N steps and/or T seconds, whichever comes first; 0 = "
+                        f"only at the end ({DEFAULT_CHECKPOINT_EVERY[1]:g}s, and never sooner "
+                        "than 100 times the last save took)")
+    w = t.add_argument_group("more than one process (needs the distributed extra)")
+    w.add_argument("--workers", type=_positive, metavar="N",
+                   help="train on N Dask worker processes of one thread each, in a local "
+                        "cluster on 127.0.0.1; with --scheduler, use N of its workers")
+    w.add_argument("--scheduler", type=_address, metavar="ADDRESS",
+                   help="train on the workers of the Dask cluster whose scheduler is at "
+                        "ADDRESS (e.g. tcp://10.0.0.5:8786; Dask's security settings apply)")
     r.add_argument("--sample-every", type=_count, default=2000, dest="sample_every",
                    help="steps between samples and validation estimates; 0 = none (2000)")
     r.add_argument("--sample-chars", type=_count, default=300, dest="sample_chars",
@@ -314,6 +361,9 @@ def build_parser():
     b.add_argument("--jax", action="store_true",
                    help="time jit(value_and_grad) through fastbptt.jax against lax.scan "
                         "layers (T4, T5) instead of the workloads (add --workloads for both)")
+    b.add_argument("--distributed", action="store_true",
+                   help="instead: training on 2 Dask workers against one process, equality "
+                        "and speed (needs the distributed extra)")
     b.set_defaults(run=bench)
     _add_train(commands)
     parser.commands = commands.choices          # name -> its parser

@@ -5,14 +5,13 @@ import math
 
 import numpy as np
 
-from .params import read_structure
+from .params import leaves
 
 __all__ = ["clip_grads", "global_norm"]
 
 
 def _arrays(grads):
-    g, _ = read_structure(grads)
-    return [a for a in g if a is not None]
+    return list(leaves(grads).values())
 
 
 def global_norm(grads):

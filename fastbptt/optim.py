@@ -1,9 +1,10 @@
 """Optimizers that update parameters in place: `SGD` (with momentum), `Adagrad`, `Adam`.
 
 ``opt.step(params, grads)`` works for every params structure `fastbptt.grad` accepts (a
-`Params`, a dict, a tuple or list) and writes into the params' own arrays, so the caller's
-structure keeps pointing at the updated weights. Each parameter's state (momentum buffer,
-squared-gradient sums, Adam's moments) is kept per name (U, W, V, b, c) in the params' dtype.
+`Params`, a `Model`, a dict, a tuple or list) and writes into the params' own arrays, so the
+caller's structure keeps pointing at the updated weights. Each parameter's state (momentum
+buffer, squared-gradient sums, Adam's moments) is kept per name in the params' dtype: the
+names of `fastbptt.params.leaves` (U, W, V, b, c; ``layers.<l>.<d>.U``, ..., V, c).
 ``state_dict()`` returns a flat dict of NumPy arrays and numbers; ``load_state_dict`` restores
 it, so a resumed run continues bit for bit.
 """
@@ -11,20 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .params import NAMES, read_structure
+from .params import is_leaf_name, leaves
 
 __all__ = ["SGD", "Adagrad", "Adam", "OPTIMIZERS", "make_optimizer"]
 
 
 def _pairs(params, grads):
     """(name, param array, grad array) for each parameter present in params."""
-    p, _ = read_structure(params)
-    g, _ = read_structure(grads)
-    for name in NAMES:
-        value = getattr(p, name)
-        if value is None:
-            continue
-        gradient = getattr(g, name)
+    p, g = leaves(params), leaves(grads)
+    for name, value in p.items():
+        gradient = g.get(name)
         if gradient is None:
             raise ValueError(f"grads has no {name!r} but params does")
         if not isinstance(value, np.ndarray) or not value.flags.writeable:
@@ -91,7 +88,7 @@ class Optimizer:
         for key, value in state.items():
             if "." in key:
                 buffer, name = key.split(".", 1)
-                if buffer not in self._buffers or name not in NAMES:
+                if buffer not in self._buffers or not is_leaf_name(name):
                     raise ValueError(f"unknown optimizer state entry {key!r}")
                 self.state.setdefault(name, {})[buffer] = np.array(value)
 

@@ -11,15 +11,18 @@ each structure and how to build the same structure back:
   with keys U, W (b, bh) or a tuple (U, W[, b[, bh]]) (`read_model`);
 - one layer for `fastbptt.layer`: a `Layer`, such a dict or such a tuple (`read_layer`).
 
-`leaves` names every array of any of them, for optimizers, clipping and checkpoints.
+`leaves` names every array of any of them, for optimizers, clipping and checkpoints, and
+`from_leaves` builds a `Params` or a `Model` back from those names.
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple, Optional
 
 import numpy as np
 
-__all__ = ["Params", "Layer", "Model", "init_params", "CELLS"]
+__all__ = ["Params", "Layer", "Model", "init_params", "CELLS", "leaves", "from_leaves",
+           "leaf_shapes", "LeafError"]
 
 REQUIRED = ("U", "W", "V")
 OPTIONAL = ("b", "c")
@@ -158,25 +161,35 @@ def init_params(input_size, hidden_size, output_size, *, cell="elman", num_layer
     def draw(*shape):
         return rng.uniform(-scale, scale, size=shape).astype(dtype)
 
+    shapes = leaf_shapes(input_size, hidden_size, output_size, cell=cell,
+                         num_layers=num_layers, bidirectional=bidirectional, bias=bias)
+    return from_leaves({name: draw(*shape) for name, shape in shapes.items()})
+
+
+def leaf_shapes(input_size, hidden_size, output_size, *, cell="elman", num_layers=1,
+                bidirectional=False, bias=True):
+    """{name: shape} of the arrays `init_params` makes with these arguments, under the
+    names of `leaves` and in its order (which is the order they are drawn in)."""
     L, H, C = input_size, hidden_size, output_size
     if cell == "elman" and num_layers == 1 and not bidirectional:
-        U, W, V = draw(H, L), draw(H, H), draw(C, H)
-        if not bias:
-            return Params(U, W, V)
-        return Params(U, W, V, draw(H), draw(C))
+        shapes = {"U": (H, L), "W": (H, H), "V": (C, H)}
+        if bias:
+            shapes.update(b=(H,), c=(C,))
+        return shapes
     G, D = CELLS[cell], 2 if bidirectional else 1
-    layers = []
+    shapes = {}
     for l in range(num_layers):
-        width = L if l == 0 else H * D
-        directions = []
-        for _ in range(D):
-            U, W = draw(G * H, width), draw(G * H, H)
-            b = draw(G * H) if bias else None
-            bh = draw(G * H) if bias and cell == "gru" else None
-            directions.append(Layer(U, W, b, bh))
-        layers.append(tuple(directions))
-    V = draw(C, H * D)
-    return Model(tuple(layers), V, draw(C) if bias else None)
+        for d in range(D):
+            shapes[f"layers.{l}.{d}.U"] = (G * H, L if l == 0 else H * D)
+            shapes[f"layers.{l}.{d}.W"] = (G * H, H)
+            if bias:
+                shapes[f"layers.{l}.{d}.b"] = (G * H,)
+            if bias and cell == "gru":
+                shapes[f"layers.{l}.{d}.bh"] = (G * H,)
+    shapes["V"] = (C, H * D)
+    if bias:
+        shapes["c"] = (C,)
+    return shapes
 
 
 def read_structure(params):
@@ -345,3 +358,53 @@ def leaves(params):
         return {k: v for k, v in zip(LAYER_NAMES, layer) if v is not None}
     p, _ = read_structure(params)
     return {k: v for k, v in zip(NAMES, p) if v is not None}
+
+
+_STACK_LEAF = re.compile(r"layers\.(0|[1-9][0-9]*)\.([01])\.(U|W|b|bh)\Z")
+
+
+def is_leaf_name(name):
+    """Whether ``name`` is one that `leaves` gives to some array."""
+    return name in NAMES or name in LAYER_NAMES or bool(_STACK_LEAF.match(name))
+
+
+class LeafError(ValueError):
+    """A name `from_leaves` cannot place: ``missing`` (a required array is absent) or not."""
+
+    def __init__(self, name, missing):
+        super().__init__(f"{'no array' if missing else 'unknown name'} {name!r}")
+        self.name, self.missing = name, missing
+
+
+def from_leaves(named):
+    """`leaves` undone: a `Params` from the names U, W, V (b, c), or a `Model` from
+    ``layers.<l>.<d>.<name>`` with V (and c). The arrays themselves go into the structure,
+    not copies. `LeafError` names an unknown name or a missing required array: U, W, V for
+    a `Params`; U and W of every layer and direction, and V, for a `Model`."""
+    if not any(name.startswith("layers.") for name in named):
+        for name in named:
+            if name not in NAMES:
+                raise LeafError(name, False)
+        for name in REQUIRED:
+            if name not in named:
+                raise LeafError(name, True)
+        return Params(*(named.get(name) for name in NAMES))
+    found = {}
+    for name, value in named.items():
+        match = _STACK_LEAF.match(name)
+        if match:
+            found.setdefault((int(match[1]), int(match[2])), {})[match[3]] = value
+        elif name not in ("V", "c"):
+            raise LeafError(name, False)
+    depth = 1 + max(l for l, _ in found)
+    directions = 1 + max(d for _, d in found)
+    for l in range(depth):
+        for d in range(directions):
+            for name in ("U", "W"):
+                if name not in found.get((l, d), {}):
+                    raise LeafError(f"layers.{l}.{d}.{name}", True)
+    if "V" not in named:
+        raise LeafError("V", True)
+    layers = tuple(tuple(Layer(*(found[l, d].get(k) for k in LAYER_NAMES))
+                         for d in range(directions)) for l in range(depth))
+    return Model(layers, named["V"], named.get("c"))

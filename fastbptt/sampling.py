@@ -1,12 +1,20 @@
-"""Text from a trained character model: prime it, then draw characters one at a time."""
+"""Text from a trained character model: prime it, then draw characters one at a time.
+
+Any unidirectional model samples: one Elman layer with its head (`Params`), or a `Model`
+of any cell and number of layers. The prime runs through the layers' kernels
+(`fastbptt.layer.forward`); each drawn character then takes one step of every layer
+through the readable cells of `fastbptt.reference`. A bidirectional model cannot generate
+text: its reverse direction reads the characters that are still to be drawn.
+"""
 from __future__ import annotations
 
 import numpy as np
 
+from . import layer
 from ._inputs import ACTIVATIONS
-from .api import forward
-from .params import read_structure
-from .reference import activate
+from .params import Model, leaves, read_model
+from .reference.cells import CELLS, State
+from .reference.layer import run
 
 __all__ = ["sample", "sample_ids"]
 
@@ -28,13 +36,43 @@ def _probabilities(h, V, c, temperature):
     return p / p.sum()
 
 
-def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="tanh",
-               h0=None):
-    """``n`` ids drawn after the ids ``prime_ids`` (may be empty), and the final state.
+def _model(params):
+    """(Model, stacked) of params that can generate text, or the ValueError saying why not."""
+    model, _, stacked = read_model(params)
+    if model.directions != 1:
+        raise ValueError("a bidirectional model cannot generate text: its reverse direction "
+                         "reads the characters that are still to be drawn")
+    if model.V is None:
+        raise ValueError("params have no output layer (V) to draw characters from")
+    if not all(np.isfinite(a).all() for a in leaves(model).values()):
+        raise ValueError("params hold a non-finite value (NaN or inf): a model that "
+                         "diverged cannot be sampled")
+    return model, stacked
 
-    The prime runs through `fastbptt.forward`; each next id is drawn from
-    softmax(o / temperature) by inverting the cumulative distribution at ``rng.random()``,
-    so the same generator state gives the same ids.
+
+def _start(model, stacked, h0, c0):
+    """The layers' states, (layers, H) each (c None but for an LSTM), from h0 and c0 in
+    the caller's layout ((H,) for one Elman layer with its head, (layers, H) for a Model)."""
+    S, dtype = model.num_layers, model.V.dtype
+    H = model.layers[0][0].W.shape[1]
+    lstm = model.cell == "lstm"
+
+    def given(state):
+        if state is None:
+            return np.zeros((S, H), dtype)
+        return np.array(state, dtype).reshape(S, H) if stacked else \
+            np.array(state, dtype).reshape(1, H)
+    return given(h0), given(c0) if lstm else None
+
+
+def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="tanh",
+               h0=None, c0=None):
+    """``n`` ids drawn after the ids ``prime_ids`` (may be empty), and the final states.
+
+    Returns ``(ids, h, c)``: h in h0's layout ((H,) for one Elman layer with its head,
+    (layers, H) for a `Model`), c likewise for an LSTM and None otherwise. Each next id is
+    drawn from softmax(o / temperature) by inverting the cumulative distribution at
+    ``rng.random()``, so the same generator state gives the same ids.
     """
     if not temperature > 0:
         raise ValueError(f"temperature must be positive; got {temperature}")
@@ -44,29 +82,36 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
         raise ValueError(f"unknown activation {activation!r}; choose from "
                          f"{', '.join(ACTIVATIONS)}")
     rng = np.random.default_rng(rng)
-    p, _ = read_structure(params)
-    if not all(np.isfinite(a).all() for a in p if a is not None):
-        raise ValueError("params hold a non-finite value (NaN or inf): a model that "
-                         "diverged cannot be sampled")
-    code = ACTIVATIONS[activation]
-    L, H, C = p.sizes
-    h = np.zeros(H, p.U.dtype) if h0 is None else np.asarray(h0, p.U.dtype)
+    model, stacked = _model(params)
+    h, c = _start(model, stacked, h0, c0)
     prime_ids = np.asarray(prime_ids, np.int64).reshape(-1)
     if prime_ids.size:
-        h = forward(prime_ids, p, activation=activation, h0=h).h[-1]
-    out = np.empty(n, np.int64)
-    b = 0 if p.b is None else p.b
+        out = layer.forward(prime_ids, Model(model.layers), activation=activation, h0=h,
+                            c0=c)
+        h, c = out.h_final, out.c_final
+    cell, code = CELLS[model.cell], ACTIVATIONS[activation]
+    states = [State(h[l], None if c is None else c[l]) for l in range(model.num_layers)]
+    one_hot = np.zeros(model.layers[0][0].U.shape[1], model.V.dtype)
+    out_ids = np.empty(n, np.int64)
+    C = model.V.shape[0]
     for i in range(n):
-        probs = _probabilities(h, p.V, p.c, temperature)
+        probs = _probabilities(states[-1].h, model.V, model.c, temperature)
         k = int(np.searchsorted(np.cumsum(probs), rng.random() * probs.sum(), side="right"))
-        out[i] = k = min(k, C - 1)
-        h = activate(p.U[:, k] + p.W @ h + b, code).astype(p.U.dtype)
-    return out, h
+        out_ids[i] = k = min(k, C - 1)
+        one_hot[:] = 0
+        one_hot[k] = 1
+        x = one_hot
+        for l, (weights,) in enumerate(model.layers):
+            states[l] = run(weights, cell, code, [x], states[l]).final
+            x = states[l].h
+    h = np.stack([s.h for s in states])
+    c = None if c is None else np.stack([s.c for s in states])
+    return out_ids, (h if stacked else h[0]), (c if stacked or c is None else c[0])
 
 
 def sample(params, codec, *, prime="", chars=200, temperature=1.0, rng=None,
            activation="tanh"):
     """``chars`` characters continuing ``prime`` (the prime itself is not included)."""
-    ids, _ = sample_ids(params, codec.encode(prime), chars, temperature=temperature,
-                        rng=rng, activation=activation)
+    ids, _, _ = sample_ids(params, codec.encode(prime), chars, temperature=temperature,
+                           rng=rng, activation=activation)
     return codec.decode(ids)

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["Codec", "StreamBatcher", "Batch", "unigram_entropy"]
+__all__ = ["Codec", "StreamBatcher", "Batch", "unigram_entropy", "block_ids"]
 
 
 class Codec:
@@ -92,13 +92,23 @@ class Batch(NamedTuple):
 
 class StreamBatcher:
     """B parallel cursors over one id stream, T steps per call (the last call of a pass
-    may be shorter when T does not divide the segment length S)."""
+    may be shorter when T does not divide the segment length S).
 
-    def __init__(self, ids, batch, steps):
+    ``segment`` fixes S (by default (N - 1) // B): cursors first ... stop - 1 of a larger
+    batcher over ``full`` are ``StreamBatcher(full[first * S : stop * S + 1], stop - first,
+    T, segment=S)`` (`block_ids`), which is how a worker of a distributed run holds its
+    block of the cursors.
+    """
+
+    def __init__(self, ids, batch, steps, *, segment=None):
         ids = np.ascontiguousarray(ids, np.int64).reshape(-1)
         if batch < 1 or steps < 1:
             raise ValueError(f"batch and steps must be at least 1; got {batch}, {steps}")
-        segment = (ids.size - 1) // batch
+        if segment is None:
+            segment = (ids.size - 1) // batch
+        elif batch * segment + 1 > ids.size:
+            raise ValueError(f"{batch} cursors of {segment} steps need {batch * segment + 1} "
+                             f"ids; got {ids.size}")
         if segment < 1:
             raise ValueError(f"a stream of {ids.size} ids is too short for {batch} cursors "
                              "(each needs at least 2)")
@@ -138,3 +148,10 @@ class StreamBatcher:
             raise ValueError(f"batcher position {pos} (pass {passes}) lies outside a segment "
                              f"of {self.segment} steps")
         self.pos, self.passes = int(pos), int(passes)
+
+
+def block_ids(ids, batch, first, stop):
+    """The ids that cursors first ... stop - 1 of a `StreamBatcher` of ``batch`` cursors over
+    ``ids`` read, and its segment length: ``(ids[first S : stop S + 1], S)``."""
+    segment = (np.size(ids) - 1) // batch
+    return ids[first * segment:stop * segment + 1], segment

@@ -12,7 +12,9 @@ import fastbptt
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastbptt.__file__)))
 TEXT = ("the quick brown fox jumps over the lazy dog. " * 6
         + "def f(x):\n    return x + 1\n" * 6) * 4
-SMALL = ("--hidden", "8", "--seq-length", "8", "--batch", "2", "--no-progress")
+# one Elman layer, the quickest model: these runs test the command, not the model
+SMALL = ("--hidden", "8", "--cell", "elman", "--layers", "1", "--seq-length", "8", "--batch",
+         "2", "--no-progress")
 
 
 def env(**changes):

@@ -19,7 +19,8 @@ TEXT = "the quick brown fox jumps over the lazy dog. " * 20
 @pytest.fixture(scope="module")
 def trainer():
     codec = Codec.from_text(TEXT)
-    t = Trainer(TrainOptions(hidden=6, seq_length=5, batch=2), codec.encode(TEXT), codec)
+    t = Trainer(TrainOptions(hidden=6, seq_length=5, batch=2, cell="elman", layers=1),
+                codec.encode(TEXT), codec)
     for _ in range(3):
         t.train_step()
     return t

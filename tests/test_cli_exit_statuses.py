@@ -23,10 +23,14 @@ def folder(tmp_path_factory):
     write_corpus(here)
     write_corpus(here, "one.txt", "a" * 400)
     write_corpus(here, "short.txt", "abcdefghij")
+    write_corpus(here, "other.txt", "a quite different text, " * 40)
     (here / "folder").mkdir()
-    made = finish(start(["train", "tiny.txt", *SMALL, "--steps", "2", "--sample-every", "0",
-                         "--checkpoint", "good.npz"], here))
-    assert made.status == 0, made
+    runs = [start(["train", "tiny.txt", *SMALL, "--steps", "2", "--sample-every", "0",
+                   "--checkpoint", name, *model], here)
+            for name, model in (("good.npz", ()), ("lstm.npz", ("--cell", "lstm", "--layers",
+                                                                 "2")))]
+    for made in map(finish, runs):
+        assert made.status == 0, made
     good = (here / "good.npz").read_bytes()
     (here / "truncated.npz").write_bytes(good[:len(good) // 2])
     flipped = bytearray(good)
@@ -40,6 +44,11 @@ def folder(tmp_path_factory):
     rewrite(here / "good.npz", here / "int_W.npz",
             lambda a: a.update({"params.W": a["params.W"].astype(np.int64)}))
     rewrite(here / "good.npz", here / "no_step.npz", edit_meta(lambda m: m.pop("step")))
+    rewrite(here / "good.npz", here / "two_layers.npz",
+            edit_meta(lambda m: m["options"].update(layers=2)))
+    rewrite(here / "lstm.npz", here / "no_cell_state.npz", lambda a: a.pop("cell_state"))
+    rewrite(here / "lstm.npz", here / "gru.npz", edit_meta(lambda m: m["options"].update(
+        cell="gru")))
     return here
 
 
@@ -125,7 +134,8 @@ def failures(folder):
          PROCESS),
         (["train", "short.txt", *SMALL], "the validation split holds 1 character(s)"),
         (["train", "tiny.txt", *SMALL, "--hidden", "100000000"],
-         "--hidden 100000000 with --batch 2 --seq-length 8 (weights", PROCESS),
+         "--hidden 100000000 --layers 1 --cell elman with --batch 2 --seq-length 8 (weights",
+         PROCESS),
         (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "nothere.npz"],
          "no checkpoint at nothere.npz"),
         (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "truncated.npz"],
@@ -135,6 +145,18 @@ def failures(folder):
         (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "text_hidden.npz"],
          "text_hidden.npz is not a usable fastbptt checkpoint: its options: --hidden must "
          "be an integer"),
+        (["train", "--resume", "--checkpoint", "two_layers.npz"],
+         "two_layers.npz is not a usable fastbptt checkpoint: params layers.0.0.U is "
+         "missing; a model of 2 Elman layers of hidden size 8 over 34 characters has one"),
+        (["train", "--resume", "--checkpoint", "no_cell_state.npz"],
+         "no_cell_state.npz is not a usable fastbptt checkpoint: an LSTM's carried state "
+         "needs both h ('hidden') and c ('cell_state')", PROCESS),
+        (["sample", "gru.npz"], "gru.npz is not a usable fastbptt checkpoint: params "
+                                "layers.0.0.U is (32, 34); a model of 2 GRU layers of hidden "
+                                "size 8 over 34 characters needs (24, 34)"),
+        (["train", "other.txt", *SMALL, "--resume", "--checkpoint", "good.npz"],
+         "--resume: the text of other.txt differs from the text good.npz was trained on",
+         PROCESS),
         (["sample", "foreign.npz"], "foreign.npz is not a usable fastbptt checkpoint: no "
                                     "'meta' entry", PROCESS),
         (["sample", "no_vocab.npz"], "no 'vocab' entry"),
@@ -156,10 +178,13 @@ def failures(folder):
 
 
 def test_other_failures_exit_1_with_one_line(folder, capsys, monkeypatch):
+    checkpoints = {path: path.read_bytes() for path in folder.glob("*.npz")}
     for outcome, (args, phrase, *_) in outcomes(failures(folder), folder, capsys,
                                                 monkeypatch):
         assert outcome.status == 1, outcome
         line = outcome.one_line(f"fastbptt {args[0]}: ")
         assert phrase in line, outcome
+    for path, data in checkpoints.items():                   # nothing was overwritten
+        assert path.read_bytes() == data, path
     assert not (folder / "nodir").exists() and not (folder / "c.npz").exists()
     assert (folder / "tiny.txt").read_text().startswith("the quick")    # not overwritten

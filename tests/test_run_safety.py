@@ -46,9 +46,9 @@ def test_divergence_saves_the_state_before_the_failing_step(corpus, tmp_path, ca
                                                             monkeypatch, what):
     """Step 4's gradients (or loss) turn NaN: the checkpoint is the state after step 3,
     bit for bit that of a run stopped there."""
-    import fastbptt.train as training
+    import fastbptt._cursors as cursors
 
-    real_bptt, calls = training.bptt, []
+    real_bptt, calls = cursors.bptt, []
 
     def nan_at_step_4(*args, **kwargs):
         out = real_bptt(*args, **kwargs)
@@ -62,7 +62,7 @@ def test_divergence_saves_the_state_before_the_failing_step(corpus, tmp_path, ca
     straight = tmp_path / "straight.npz"
     assert main(train(corpus, straight, "--steps", "3", "--lr-horizon", "10")) == 0
     capsys.readouterr()
-    monkeypatch.setattr(training, "bptt", nan_at_step_4)
+    monkeypatch.setattr(cursors, "bptt", nan_at_step_4)
     diverged = tmp_path / "diverged.npz"
     assert main(train(corpus, diverged, "--steps", "10", "--lr-horizon", "10")) == 1
     line = stderr_line(capsys)
@@ -229,16 +229,17 @@ def test_a_checkpoint_without_relative_paths_still_resumes_from_named_files(tmp_
 def test_a_diverging_step_changes_nothing_in_the_trainer():
     text = "abcdefgh" * 40
     codec = Codec.from_text(text)
-    options = TrainOptions(hidden=5, seq_length=4, batch=2, activation="identity")
+    options = TrainOptions(hidden=5, seq_length=4, batch=2, activation="identity",
+                           cell="elman", layers=1)
     t = Trainer(options, codec.encode(text), codec)
     t.train_step()
     t.params.W[...] = 1e30                    # finite, but the states overflow
     params = [p.copy() for p in t.params]
-    position, h, state = t.batcher.state_dict(), t.h.copy(), t.optimizer.state_dict()
+    before, state = t.carried, t.optimizer.state_dict()
     with pytest.raises(Diverged, match="step 2's loss is"):
         t.train_step()
-    assert t.batcher.state_dict() == position and t.step == 1 and t.consistent
-    np.testing.assert_array_equal(t.h, h)
+    assert t.carried.position == before.position and t.step == 1 and t.consistent
+    np.testing.assert_array_equal(t.carried.h, before.h)
     after = t.optimizer.state_dict()
     assert after.keys() == state.keys() and after["t"] == state["t"] == 1
     for key in state:

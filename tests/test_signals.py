@@ -106,9 +106,9 @@ def test_a_stream_of_signals_does_not_cut_the_save_short(folder):
     (Python runs the handlers of signals pending together in the order of their numbers,
     so the stream starts once SIGTERM has had time to be handled.)"""
     ckpt = folder / "stream.npz"
-    args = ["train", "tiny.txt", "--hidden", "1500", "--seq-length", "4", "--batch", "1",
-            "--no-progress", "--time", "60", "--sample-every", "0", "--checkpoint",
-            ckpt.name]
+    args = ["train", "tiny.txt", "--hidden", "1500", "--cell", "elman", "--layers", "1",
+            "--seq-length", "4", "--batch", "1", "--no-progress", "--time", "60",
+            "--sample-every", "0", "--checkpoint", ckpt.name]
     proc = start(args, folder)
     read_until(proc, "training for 60 s")
     time.sleep(0.2)                                      # some steps

@@ -1,0 +1,486 @@
+"""The ``fastbptt train`` and ``fastbptt sample`` commands: checks, setup, the loop and
+the report around `fastbptt.train.Trainer`.
+
+Before any work: every option, the output files, the corpus, the memory the model needs
+and, for ``--workers``/``--scheduler``, Dask. The loop keeps a progress bar, validation
+estimates and samples, writes a checkpoint every ``--checkpoint-every`` (`Schedule`) and,
+in a distributed run, goes on from the last checkpoint when a worker leaves (and onto
+more workers when they join, at a checkpoint). Every save goes through
+`fastbptt._run_saves.save_checkpoint`.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _preflight, _resume
+from . import checkpoint as ckpt_io
+from ._command_errors import CommandError, UsageError, describe
+from ._cursors import BlockLost, warm_up
+from ._ranges import flag
+from ._run_saves import NothingToSave, Schedule, failure, save_checkpoint
+from ._signals import SignalGuard
+from .params import from_leaves, leaves
+from .sampling import sample
+from .text import Codec, unigram_entropy
+from .train import Trainer, TrainOptions, evaluate
+
+__all__ = ["run", "run_sample", "DEFAULT_TIME", "DEFAULT_CHECKPOINT_EVERY"]
+
+DEFAULT_TIME = 90.0
+ESTIMATE_STEPS = 200        # steps timed to fix the decay's horizon under a time budget
+# (steps, seconds) between periodic checkpoints; the default also waits at least 100 times
+# as long as the last save took, so that saving costs under 1% of the run
+DEFAULT_CHECKPOINT_EVERY = (None, 10.0)
+LN2 = math.log(2)
+DISTRIBUTED = "pip install 'fastbptt[distributed]'"
+
+
+def _number(value):
+    return "off" if value is None else f"{value:g}"
+
+
+def _bits(nats):
+    return nats / LN2
+
+
+def _plot(path, trainer, baseline, val_loss, eval_chars):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    losses = np.asarray(trainer.losses)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = np.arange(1, losses.size + 1)
+    ax.plot(steps, losses, lw=0.5, alpha=0.4, color="C0", label="train (each step)")
+    if losses.size >= 50:
+        w = max(losses.size // 100, 10)
+        smooth = np.convolve(losses, np.ones(w) / w, mode="valid")
+        ax.plot(steps[w - 1:], smooth, color="C0", label=f"train (mean of {w} steps)")
+    if trainer.evals:
+        e = np.asarray(trainer.evals)
+        ax.plot(e[:, 0], e[:, 1], "o-", color="C1",
+                label=f"validation, first {eval_chars:,} held-out characters")
+    if val_loss is not None:
+        ax.axhline(val_loss, color="C1", ls=":", label=f"validation, final ({val_loss:.3f})")
+    ax.axhline(baseline, color="gray", ls="--", label=f"unigram baseline ({baseline:.3f})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats per character)")
+    ax.set_ylim(0, max(baseline * 1.3, float(np.nanmin(losses[:1])) if losses.size else 1))
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _load_corpus(files):
+    from .corpus import default_corpus, read_files
+
+    return read_files(files) if files else default_corpus()
+
+
+@dataclass
+class _Run:
+    """What `run` sets up before training, for the loop and the final report."""
+
+    options: TrainOptions
+    trainer: Trainer
+    codec: Codec
+    train_ids: np.ndarray
+    val_ids: np.ndarray
+    extra: dict                     # saved with the options: corpus files, digest, threads
+    workers: object = None          # fastbptt.distributed.Workers of a distributed run
+    chars: int = 0
+    elapsed: float = 0.0
+    saves: int = 0                  # periodic checkpoints written, and the seconds they took
+    saving: float = 0.0
+
+    def close(self):
+        self.trainer.close()
+        if self.workers is not None:
+            self.workers.close()
+
+
+def distributed_module(option):
+    """`fastbptt.distributed`, or the one line saying that ``option`` needs its extra."""
+    try:
+        from . import distributed
+    except ImportError:
+        raise CommandError(f"{option} needs Dask: {DISTRIBUTED}") from None
+    return distributed
+
+
+def _dask(args):
+    """`fastbptt.distributed` for --workers or --scheduler, else None."""
+    if not (args.workers or args.scheduler):
+        return None
+    return distributed_module("--scheduler" if args.scheduler else "--workers")
+
+
+def _workers(dask, args, options):
+    """The `fastbptt.distributed.Workers` of --workers N (a local cluster) or --scheduler
+    ADDRESS, and the line that says so."""
+    if args.workers and args.workers > options.batch:
+        raise UsageError(f"--workers {args.workers} exceeds --batch {options.batch}: each "
+                         "worker needs at least one cursor")
+    try:
+        if args.scheduler:
+            workers = dask.Workers.connect(args.scheduler, want=args.workers)
+            where = f"of the Dask cluster at {args.scheduler}"
+        else:
+            workers = dask.Workers.local(args.workers)
+            where = "in a local Dask cluster on 127.0.0.1"
+    except (OSError, TimeoutError, ValueError, RuntimeError) as error:
+        what = f"--scheduler {args.scheduler}" if args.scheduler else \
+            f"--workers {args.workers}"
+        raise CommandError(f"{what}: could not start or reach the Dask cluster "
+                           f"({describe(error)})") from None
+    return workers, where
+
+
+def _start(args, given, say):
+    """Every check, the corpus, the trainer and the compiled kernels, before training."""
+    from ._threads import get_num_threads, set_num_threads
+
+    dask = _dask(args)
+    resume, changed = None, {}
+    if args.resume:
+        resume = ckpt_io.load(args.checkpoint)
+        options, changed = _resume.resumed_options(TrainOptions, resume.options, given,
+                                                   args.checkpoint)
+    else:
+        options = TrainOptions(**given)
+        try:
+            options.check()
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+    if args.plot:
+        _preflight.plot_file(args.plot)
+    if resume is None:
+        _preflight.new_checkpoint(args.checkpoint)
+        corpus, files = _load_corpus(args.files), list(args.files)
+        codec = Codec.from_text(corpus.text)
+    else:
+        _preflight.output_file(args.checkpoint, "--checkpoint", make_folders=True)
+        corpus, files = _resume.find_corpus(_load_corpus, args.files, resume.options,
+                                            args.checkpoint)
+        codec = resume.codec
+    train_text, val_text = corpus.split(options.val_fraction)
+    train_ids, val_ids = codec.encode(train_text), codec.encode(val_text)
+    _preflight.corpus(codec, train_ids, val_ids, options)
+    _preflight.model_memory(options, len(codec))
+    if args.threads:
+        set_num_threads(args.threads)
+    workers, where = _workers(dask, args, options) if dask else (None, "")
+    try:
+        trainer = _trainer(args, options, train_ids, codec, resume, workers)
+    except BaseException:
+        if workers is not None:
+            workers.close()
+        raise
+    extra = {**_resume.corpus_paths(files, args.checkpoint), "corpus_sha256": corpus.digest,
+             "threads": get_num_threads()}
+
+    k, s = options.window
+    say(f"corpus: {corpus.description}; {len(codec)} distinct characters; "
+        f"train {train_ids.size:,}, validation {val_ids.size:,}")
+    say(f"model: {_resume.describe_model(options)}"
+        + (f", {options.activation}" if options.cell == "elman" else "")
+        + f", {options.dtype}; "
+        f"{options.batch} cursors x {options.seq_length} steps, truncate={k} stride={s}; "
+        f"{options.optimizer} lr={options.lr:g}"
+        + (f" decaying linearly to {options.lr * options.lr_final:g}"
+           if options.lr_decay != "none" else "")
+        + f", clip norm={options.clip_norm} "
+        f"value={options.clip_value}" + (f"; resumed at step {trainer.step}" if resume else "")
+        + "".join(f"; {flag(name)} changed from {_number(old)} to {_number(new)}"
+                  for name, (old, new) in changed.items()))
+    if workers is not None:
+        say(f"workers: {_placed(trainer)} {where}")
+    warm_up(trainer.params, options.batch, trainer.recipe)   # before the clock starts
+    return _Run(options, trainer, codec, train_ids, val_ids, extra, workers)
+
+
+def _trainer(args, options, train_ids, codec, resume, workers):
+    """The `Trainer`, its cursors placed on the workers when there are any."""
+    try:
+        return Trainer(options, train_ids, codec, resume=resume,
+                       placement=None if workers is None else workers.place)
+    except BlockLost as lost:
+        raise CommandError(f"{lost} while the run was being placed on it; start again"
+                           ) from None
+    except (ValueError, TypeError, KeyError, IndexError) as error:
+        if resume is None:
+            raise
+        raise ckpt_io.CheckpointError(f"{args.checkpoint} is not a usable fastbptt "
+                                      f"checkpoint: {describe(error)}") from None
+
+
+def _placed(trainer):
+    """How the cursors are spread: "2 workers, 16 + 16 cursors"."""
+    sizes = [b - a for a, b in trainer.blocks.rows]
+    return (f"{len(sizes)} worker{'s' if len(sizes) > 1 else ''}, "
+            f"{' + '.join(map(str, sizes))} cursors")
+
+
+def _printer(out):
+    return lambda *a: print(*a, file=out, flush=True)
+
+
+class _Loop:
+    """The training loop of one invocation: budget, progress bar, validation estimates
+    and samples, periodic checkpoints, and going on after a lost worker."""
+
+    def __init__(self, args, r, guard, out):
+        from tqdm import tqdm
+
+        self.args, self.r, self.guard, self.out = args, r, guard, out
+        self.trainer, options = r.trainer, r.options
+        self.target = args.steps
+        self.budget = args.time
+        if self.target is None and self.budget is None:
+            self.budget = DEFAULT_TIME
+        if options.lr_decay != "none" and options.horizon is None and self.target is not None:
+            options.horizon = self.target
+        self.first_step = self.trainer.step
+        self.by_steps = self.budget is None
+        total = (self.target - self.trainer.step) if self.by_steps else self.budget
+        until = f"to step {self.target:,}" if self.by_steps else f"for {self.budget:g} s"
+        _printer(out)(f"training {until}; Ctrl-C, SIGTERM or SIGHUP saves the checkpoint "
+                      "and stops")
+        self.bar = tqdm(total=max(total, 0), unit="step" if self.by_steps else "s",
+                        disable=args.no_progress, file=sys.stderr, dynamic_ncols=True,
+                        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} "
+                                   "[{elapsed}<{remaining}{postfix}]",
+                        mininterval=0.5)
+        self.start = self.last_post = time.perf_counter()
+        steps, seconds = args.checkpoint_every or DEFAULT_CHECKPOINT_EVERY
+        self.schedule = Schedule(steps, seconds, self.trainer.step, self.start,
+                                 floor=100 if args.checkpoint_every is None else 0)
+        self.chars = 0
+        self.smooth = None
+
+    def done(self, now):
+        if self.target is not None and self.trainer.step >= self.target:
+            return True
+        return self.budget is not None and now - self.start >= self.budget
+
+    def run(self):
+        """Steps until the target, the budget or a signal, going on after a lost worker
+        (`recover`)."""
+        trainer, options = self.trainer, self.r.options
+        while self.guard.received is None:
+            now = time.perf_counter()
+            if self.done(now):
+                break
+            if (options.lr_decay != "none" and options.horizon is None
+                    and self.budget is not None
+                    and trainer.step - self.first_step == ESTIMATE_STEPS):
+                # a time budget: the decay ends where this speed reaches the budget
+                rate = ESTIMATE_STEPS / (now - self.start)
+                options.horizon = trainer.step + int(rate * (self.budget - (now - self.start)))
+            try:
+                loss, n = trainer.train_step()
+                self.after_step(loss, n, now)
+                if self.schedule.due(trainer.step, time.perf_counter()):
+                    self.periodic()
+            except BlockLost as lost:
+                self.recover(lost)
+
+    def after_step(self, loss, n, now):
+        trainer, args = self.trainer, self.args
+        self.chars += n
+        self.smooth = loss if self.smooth is None else 0.98 * self.smooth + 0.02 * loss
+        after = time.perf_counter()
+        self.bar.update(1 if self.by_steps else after - now)
+        if after - self.last_post > 0.5:
+            self.last_post = after
+            self.bar.set_postfix_str(f"loss={self.smooth:.3f} "
+                                     f"{self.chars / (after - self.start):,.0f} chars/s "
+                                     f"step {trainer.step}", refresh=False)
+        if args.sample_every and trainer.step % args.sample_every == 0:
+            eval_ids = self.r.val_ids[:args.eval_chars]
+            val = evaluate(trainer.params, eval_ids, activation=self.r.options.activation)
+            trainer.evals.append((trainer.step, val))
+            text = trainer.sample(args.sample_chars, temperature=args.temperature)
+            self.say(f"--- step {trainer.step}: train {self.smooth:.3f}, validation "
+                     f"{val:.3f} nats/char; sample:\n{text}\n---")
+
+    def say(self, text):
+        self.bar.write(text, file=self.out)
+
+    def save(self):
+        save_checkpoint(self.trainer, self.args.checkpoint, self.r.extra, self.guard)
+
+    def periodic(self):
+        """A periodic checkpoint; then, in a distributed run that more workers have
+        joined, the run placed again on all of them, from that checkpoint."""
+        began = time.perf_counter()
+        self.save()
+        end = time.perf_counter()
+        self.schedule.saved(self.trainer.step, end, end - began)
+        self.r.saves += 1
+        self.r.saving += end - began
+        workers = self.r.workers
+        if workers is not None and workers.growth(self.r.options.batch) > 0:
+            self.trainer.restore(self.trainer.last_saved)
+            self.say(f"more Dask workers joined: the run goes on from its checkpoint of step "
+                     f"{self.trainer.step} on {_placed(self.trainer)}")
+
+    def recover(self, lost):
+        """Place the run again from its last checkpoint on the workers there are; say so."""
+        trainer, step = self.trainer, self.trainer.step
+        first = lost
+        while True:
+            if self.r.workers is not None:
+                self.r.workers.forget(lost.address)
+            try:
+                trainer.restore(trainer.last_saved)
+                break
+            except BlockLost as again:
+                lost = again
+        back = "its start" if trainer.last_saved is None else \
+            f"its checkpoint of step {trainer.step}"
+        self.say(f"{first} during step {step + 1}; the run goes on from {back} on "
+                 f"{_placed(trainer)}")
+        if self.by_steps:
+            self.bar.n = max(trainer.step - self.first_step, 0)
+            self.bar.refresh()
+
+    def finish(self):
+        """The loop, then the save that ends it (placed again and retried, with the loop,
+        when a worker left). CommandError for any failure."""
+        while True:
+            try:
+                self.run()
+            except NothingToSave as error:
+                raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
+                              self.guard) from None
+            except CommandError:
+                raise
+            except Exception as error:
+                raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
+                              self.guard) from None
+            self.r.chars, self.r.elapsed = self.chars, time.perf_counter() - self.start
+            try:
+                self.save()
+                return
+            except BlockLost as lost:
+                try:
+                    self.recover(lost)
+                except Exception as error:
+                    raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
+                                  self.guard) from None
+
+
+def _train(args, r, guard, out):
+    """The loop and the save that ends it; returns the exit status when a signal stopped
+    it, else None. Signals are only recorded from here to the end of the save."""
+    say = _printer(out)
+    trainer = r.trainer
+    with guard.deferred():
+        loop = _Loop(args, r, guard, out)
+        try:
+            loop.finish()
+        finally:
+            loop.bar.close()
+        guard.note = f"after step {trainer.step}; the checkpoint {args.checkpoint} is saved"
+    if guard.received is None:
+        return None
+    say(f"interrupted at step {trainer.step} ({guard.name}) after {r.elapsed:.1f} s; "
+        f"checkpoint saved to {os.path.abspath(args.checkpoint)}; continue with "
+        f"`fastbptt train --resume --checkpoint {args.checkpoint}`")
+    return guard.status
+
+
+def _report(args, r, say):
+    """The final losses, a sample and the plot."""
+    trainer, options, train_ids, val_ids = r.trainer, r.options, r.train_ids, r.val_ids
+    rate = r.chars / r.elapsed if r.elapsed > 0 else float("nan")
+    say(f"trained {trainer.step:,} steps in all; this run {r.chars:,} characters in "
+        f"{r.elapsed:.1f} s, {rate:,.0f} chars/s")
+    if r.saves:
+        say(f"periodic checkpoints: {r.saves} in {1e3 * r.saving:.0f} ms, "
+            f"{100 * r.saving / r.elapsed:.2f}% of the run")
+    timing = trainer.timing
+    if r.workers is not None and timing["steps"]:
+        per = {k: 1e3 * v / timing["steps"] for k, v in timing.items() if k != "steps"}
+        say(f"per step: {per['bptt']:.2f} ms in bptt on the slowest worker, "
+            f"{per['gradients'] - per['bptt'] + per['update']:.2f} ms outside it (the model "
+            f"out to the workers and their gradients back {per['gradients'] - per['bptt']:.2f}"
+            f" ms, clipping and {options.optimizer} {per['update']:.2f} ms)")
+    baseline = unigram_entropy(train_ids, len(r.codec))
+    train_eval = train_ids[-max(val_ids.size, 1):]
+    train_loss = evaluate(trainer.params, train_eval, activation=options.activation)
+    val_loss = evaluate(trainer.params, val_ids, activation=options.activation)
+    say(f"train loss       {train_loss:.3f} nats/char  {_bits(train_loss):.3f} bits/char  "
+        f"(final model, last {train_eval.size:,} characters of the train split)")
+    say(f"validation loss  {val_loss:.3f} nats/char  {_bits(val_loss):.3f} bits/char  "
+        f"(final model, all {val_ids.size:,} held-out characters)")
+    say(f"unigram baseline {baseline:.3f} nats/char  {_bits(baseline):.3f} bits/char  "
+        "(entropy of the train split's character frequencies, on the train split)")
+    say(f"validation / unigram = {val_loss / baseline:.3f}")
+    say(f"checkpoint: {os.path.abspath(args.checkpoint)}")
+    text = trainer.sample(args.sample_chars, temperature=args.temperature)
+    say(f"sample (temperature {args.temperature:g}):\n{text}")
+    if args.plot:
+        _plot(args.plot, trainer, baseline, val_loss, min(val_ids.size, args.eval_chars))
+        say(f"plot: {os.path.abspath(args.plot)}")
+
+
+def run(args, given, *, out=None):
+    """The ``fastbptt train`` command. Returns the exit status: 0 done, 128 + the signal's
+    number when a signal stopped training (after the checkpoint was saved).
+
+    ``given`` holds the `TrainOptions` fields set on the command line; a new run takes
+    the defaults for the rest, a resumed one the checkpoint's. Everything that can be
+    checked is checked before the corpus is read and the kernels compile. Failures
+    raise `UsageError` or `CommandError` (an exception from inside the loop first saves
+    the last good state, `fastbptt._run_saves`), and a signal outside the loop raises
+    `Interrupted`, for `fastbptt._command_errors.run_command` to report in one line.
+    """
+    out = out or sys.stdout
+    say = _printer(out)
+    with SignalGuard("before training started; nothing was saved") as guard:
+        r = _start(args, given, say)
+        try:
+            status = _train(args, r, guard, out)
+            if status is not None:
+                return status
+            try:
+                _report(args, r, say)
+            except Exception as error:
+                raise CommandError(f"{describe(error)} after training; the checkpoint "
+                                   f"{args.checkpoint} is saved") from None
+        finally:
+            r.close()
+    return 0
+
+
+def run_sample(args, *, out=None):
+    """The ``fastbptt sample`` command."""
+    out = out or sys.stdout
+    ck = ckpt_io.load(args.checkpoint)
+    options, _ = _resume.resumed_options(TrainOptions, ck.options, {}, args.checkpoint)
+    params = from_leaves({name: np.asarray(a, options.dtype)
+                          for name, a in leaves(ck.params).items()})
+    try:
+        _resume.check_model(params, ck.codec, options)
+    except ValueError as error:
+        raise ckpt_io.CheckpointError(f"{args.checkpoint} is not a usable fastbptt "
+                                      f"checkpoint: {error}") from None
+    unknown = sorted(set(args.prime) - set(ck.codec.chars))
+    if unknown:
+        raise UsageError(f"--prime holds characters not in the vocabulary of "
+                         f"{args.checkpoint}: {''.join(unknown)!r}")
+    text = sample(params, ck.codec, prime=args.prime, chars=args.chars,
+                  temperature=args.temperature, rng=np.random.default_rng(args.seed),
+                  activation=options.activation)
+    print(args.prime + text, file=out)
+    return 0

@@ -1,0 +1,443 @@
+"""Data-parallel training on a Dask cluster (SPEC.md §9); needs ``pip install
+'fastbptt[distributed]'``.
+
+::
+
+    from fastbptt.distributed import Workers
+    from fastbptt.train import TrainOptions, Trainer
+
+    with Workers.local(2) as workers:                  # or Workers.connect("tcp://host:8786")
+        trainer = Trainer(TrainOptions(batch=64), ids, codec, placement=workers.place)
+        for _ in range(100):
+            trainer.train_step()
+
+The run's B cursors are cut into contiguous blocks, one per worker
+(`fastbptt._cursors.CursorBlock`), each held on its worker as a Dask actor with its rows of
+the text (sent once, when the block is placed), its cursors' carried states and a copy of
+the model. A step sends the model to every worker as one flat buffer and gets back each
+block's loss and gradient, also one flat buffer; the gradients are added in worker order,
+and the trainer clips them and applies the update once, in this process. Carried states
+stay on their workers; they travel only when a checkpoint is written (every cursor's
+state is in it, so a run resumes on any number of workers, or none).
+
+A worker that leaves the cluster (its process killed, its machine gone) makes the step
+or the checkpoint that needed it raise `fastbptt._cursors.BlockLost`; ``fastbptt train``
+then places the run again, from its last checkpoint, on the workers there are, waiting up
+to ``FASTBPTT_WORKER_WAIT`` seconds (60) for at least one.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import math
+import mmap
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+try:
+    import dask
+    import distributed as _dask
+    from distributed.diagnostics.plugin import WorkerPlugin
+except ImportError:
+    raise ImportError("fastbptt.distributed needs Dask: pip install "
+                      "'fastbptt[distributed]'") from None
+
+from . import __version__
+from ._cursors import BlockLost, CursorBlock, block_args, combine, merge_states, split_rows
+from ._cursors import warm_up
+from ._run_saves import NothingToSave
+from ._threads import ensure_default_threads
+from .params import from_leaves, leaves
+
+__all__ = ["Workers", "DaskBlocks", "EXTRA"]
+
+EXTRA = "pip install 'fastbptt[distributed]'"
+POLL = 1.0              # seconds between checks that the workers of a step are still there
+ALIGN = 64              # bytes: where each array starts in a flat buffer
+
+
+def _silence():
+    """No log lines from Dask in this process (a command says what happened itself)."""
+    for name in ["distributed", *logging.root.manager.loggerDict]:
+        if name == "distributed" or name.startswith("distributed."):
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def _worker_wait():
+    return float(os.environ.get("FASTBPTT_WORKER_WAIT", 60))
+
+
+class Layout:
+    """Where each array of a model sits in one flat buffer, each starting on a 64-byte
+    boundary (the padding is zeros): a model or its gradient crosses the network as one
+    buffer, and a worker's model is views of its own aligned buffer."""
+
+    def __init__(self, params):
+        named = leaves(params)
+        self.dtype = next(iter(named.values())).dtype
+        unit = ALIGN // self.dtype.itemsize
+        self.slots, offset = [], 0
+        for name, a in named.items():
+            self.slots.append((name, a.shape, offset))
+            offset += -(-a.size // unit) * unit
+        self.size = offset
+
+    def empty(self):
+        """A zero buffer whose first entry is 64-byte aligned."""
+        extra = ALIGN // self.dtype.itemsize
+        raw = np.zeros(self.size + extra, self.dtype)
+        start = (-raw.ctypes.data % ALIGN) // self.dtype.itemsize
+        return raw[start:start + self.size]
+
+    def pack(self, params, out=None):
+        """``params`` (or gradients in their structure) copied into one buffer."""
+        out = self.empty() if out is None else out
+        for (name, shape, offset), a in zip(self.slots, leaves(params).values()):
+            out[offset:offset + a.size] = a.reshape(-1)
+        return out
+
+    def views(self, flat):
+        """The structure whose arrays are views of ``flat``."""
+        return from_leaves({name: flat[offset:offset + math.prod(shape)].reshape(shape)
+                            for name, shape, offset in self.slots})
+
+
+class Mapping:
+    """The buffers of a local cluster's run, shared by its processes through one file in
+    /dev/shm (memory, not disk): part 0 the model, part i + 1 worker i's gradient, each a
+    `Layout` buffer starting on a page. The training process writes the model there before
+    each step and reads the gradients after it, so a step's messages carry no arrays.
+    The file is removed once every worker has mapped it (`remove`); the mappings live on,
+    and nothing is left behind whatever happens to the processes."""
+
+    FOLDER = "/dev/shm"
+
+    def __init__(self, layout, parts, path, create=False):
+        self.layout, self.parts, self.path = layout, parts, path
+        unit = mmap.PAGESIZE
+        self.stride = -(-layout.size * layout.dtype.itemsize // unit) * unit
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o600)
+        try:
+            if create:
+                os.ftruncate(fd, self.stride * parts)
+            self.map = mmap.mmap(fd, self.stride * parts)
+        finally:
+            os.close(fd)
+
+    @classmethod
+    def create(cls, layout, workers):
+        """A new mapping for ``workers`` workers, or None where /dev/shm cannot hold it."""
+        path = os.path.join(cls.FOLDER, f"fastbptt-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            return cls(layout, workers + 1, path, create=True)
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return None
+
+    def part(self, i):
+        return np.frombuffer(self.map, self.layout.dtype, self.layout.size, i * self.stride)
+
+    def remove(self):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def __reduce__(self):                   # a worker maps the same file
+        return Mapping, (self.layout, self.parts, self.path)
+
+
+class _Block:
+    """A worker's block of cursors (the Dask actor): a `CursorBlock` computing with views of
+    one flat buffer that each step's model is copied into, or, on this machine, of the
+    model's part of a `Mapping`, whose gradient part it writes."""
+
+    def __init__(self, version, ids, rows, segment, recipe, layout, flat, carried, step,
+                 shared=None):
+        if version != __version__:
+            raise RuntimeError(f"this worker has fastbptt {__version__}, the run fastbptt "
+                               f"{version}; install the same version everywhere")
+        self.layout = layout
+        if shared is None:
+            self.flat, self.out = layout.empty(), None
+            np.copyto(self.flat, flat)
+        else:
+            mapping, index = shared
+            self.flat, self.out = mapping.part(0), mapping.part(index + 1)
+        self.block = CursorBlock(ids, rows, segment, recipe, layout.views(self.flat),
+                                 carried, step)
+
+    def warm(self):
+        """Compile the kernels (or load Numba's cache) before the run's clock starts."""
+        warm_up(self.block.params, self.block.rows[1] - self.block.rows[0],
+                self.block.recipe)
+        return True
+
+    def compute(self, step, flat=None):
+        """The block's step: its gradient returned, or, shared, written to the mapping."""
+        if flat is not None:
+            np.copyto(self.flat, flat)
+        loss, grads, chars, seconds = self.block.compute(step, self.block.params)
+        if self.out is None:
+            return loss, self.layout.pack(grads), chars, seconds
+        self.layout.pack(grads, self.out)
+        return loss, None, chars, seconds
+
+    def state(self, step):
+        return self.block.state(step)
+
+
+class _IgnoreInterrupts(WorkerPlugin):
+    """A local cluster's workers ignore SIGINT and SIGHUP, which a terminal sends to the
+    whole process group: the run itself handles them (it saves its checkpoint, which
+    needs the workers' carried states)."""
+
+    name = "fastbptt-ignore-interrupts"
+
+    def setup(self, worker):
+        for name in ("SIGINT", "SIGHUP"):
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
+async def _result(future):
+    return await future
+
+
+def _ignore(unraisable):
+    """An unraisablehook that prints nothing."""
+
+
+class DaskBlocks:
+    """The blocks of a run on a cluster's workers, in worker order (`Workers.place`)."""
+
+    def __init__(self, client, addresses, rows, layout, mapping=None):
+        self.client, self.addresses, self.rows, self.layout = client, addresses, rows, layout
+        self.futures, self.actors, self.mapping = [], [], mapping
+        self._out = layout.empty() if mapping is None else mapping.part(0)
+
+    async def _gather(self, calls):
+        tasks = [asyncio.ensure_future(_result(call)) for call in calls]
+        try:
+            while True:
+                done, pending = await asyncio.wait(tasks, timeout=POLL)
+                for address, task in zip(self.addresses, tasks):
+                    if task in done and isinstance(task.exception(), OSError):
+                        raise BlockLost(address)          # its connection failed
+                if not pending:
+                    return [t.result() for t in tasks]
+                try:
+                    alive = (await self.client.scheduler.identity())["workers"]
+                except OSError as error:
+                    raise NothingToSave(f"lost the connection to the Dask scheduler "
+                                        f"({error})") from None
+                for address, task in zip(self.addresses, tasks):
+                    if not task.done() and address not in alive:
+                        raise BlockLost(address)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    def call(self, method, *args):
+        """The results of ``method(*args)`` of every block, in block order; `BlockLost`
+        when a worker that holds a block is no longer in the cluster."""
+        calls = []
+        for address, actor in zip(self.addresses, self.actors):
+            try:
+                calls.append(getattr(actor, method)(*args))
+            except RuntimeError:            # Dask knows already: "Worker holding Actor was lost"
+                raise BlockLost(address) from None
+        return self.client.sync(self._gather, calls)
+
+    def gradients(self, step, params):
+        flat = self.layout.pack(params, self._out)
+        if self.mapping is None:
+            results = self.call("compute", step, flat)
+        else:
+            results = [(loss, self.mapping.part(i + 1), n, s) for i, (loss, _, n, s)
+                       in enumerate(self.call("compute", step))]
+        return combine([(loss, self.layout.views(np.array(g) if i == 0 else g), n, s)
+                        for i, (loss, g, n, s) in enumerate(results)])
+
+    def state(self, step):
+        return merge_states(self.call("state", step))
+
+    def close(self):
+        """Release the actors: their workers drop them."""
+        for future in self.futures:
+            future.release()
+        self.futures, self.actors = [], []
+        if self.mapping is not None:
+            self.mapping.remove()
+
+
+class Workers:
+    """The workers of a Dask cluster that a run places its cursors on (``place``, a
+    `fastbptt.train.Trainer` placement): at most ``want`` of them (all, for None), at most
+    one per cursor."""
+
+    def __init__(self, client, *, cluster=None, want=None, shared=False):
+        self.client, self.cluster, self.want = client, cluster, want
+        self.shared = shared               # the workers share this machine's memory
+        self.placed = 0                    # workers the last placement used
+
+    @classmethod
+    def local(cls, n, *, quiet=True):
+        """A cluster of ``n`` worker processes of one thread each on this machine, listening
+        on 127.0.0.1 only (their HTTP endpoints too, on free ports); ``quiet``: no log lines
+        from Dask, here or in the workers.
+
+        Dask sets OPENBLAS_NUM_THREADS=1 (and OMP_, MKL_) in this process's environment for
+        the workers it spawns; this process's own thread count is fixed first, so that its
+        BLAS keeps the count it had (fastbptt's default, one)."""
+        ensure_default_threads()
+        if quiet:
+            _silence()
+        # Dask starts workers with MALLOC_TRIM_THRESHOLD_=65536, under which every large
+        # array of a step is fresh pages (357 page faults a step for one Elman layer at
+        # B = 32, 13% of its time here): these workers keep the C library's default
+        environ = {name: value for name, value in
+                   dask.config.get("distributed.nanny.pre-spawn-environ").items()
+                   if name != "MALLOC_TRIM_THRESHOLD_"}
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+            cluster = _dask.LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
+                silence_logs=logging.CRITICAL if quiet else logging.WARNING)
+        try:
+            client = _dask.Client(cluster, direct_to_workers=True, set_as_default=False)
+            client.register_plugin(_IgnoreInterrupts())
+            client.wait_for_workers(n, timeout=_worker_wait())
+        except BaseException:
+            cluster.close()
+            raise
+        return cls(client, cluster=cluster, want=n, shared=True)
+
+    @classmethod
+    def connect(cls, address, *, want=None, timeout=10, quiet=True):
+        """The workers of the cluster whose scheduler is at ``address`` (Dask's security
+        settings apply: TLS with ``tls://`` addresses and the configured certificates).
+        ConnectionError saying why when Dask cannot connect. ``quiet``: no log lines from
+        Dask in this process."""
+        if quiet:
+            _silence()
+        failed = None
+        hook, sys.unraisablehook = sys.unraisablehook, _ignore
+        try:
+            try:
+                client = _dask.Client(address, timeout=timeout, direct_to_workers=True,
+                                      set_as_default=False)
+            except Exception as error:      # a refused or timed out connection, bad TLS
+                failed = f"{type(error).__name__}: {' '.join(str(error).split())}"
+            if failed is not None:
+                gc.collect()                # a half-made Client complains when collected
+        finally:
+            sys.unraisablehook = hook
+        if failed is not None:
+            raise ConnectionError(failed)
+        return cls(client, want=want)
+
+    def limited(self, n, *, shared=True):
+        """The same cluster's workers, at most ``n`` of them, for another run (closing
+        stays with this object); ``shared=False``: buffers in messages even on one machine."""
+        return Workers(self.client, want=n, shared=self.shared and shared)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+    def addresses(self):
+        """The workers in the cluster now, sorted."""
+        return sorted(self.client.scheduler_info()["workers"])
+
+    def _available(self, need, wait):
+        """At least ``need`` workers' addresses, waiting up to ``wait`` seconds for them,
+        else the ones there are (possibly none)."""
+        deadline = time.monotonic() + wait
+        while True:
+            found = self.addresses()
+            if len(found) >= need or time.monotonic() > deadline:
+                return found
+            time.sleep(0.2)
+
+    def forget(self, address, wait=10.0):
+        """Wait (up to ``wait`` seconds) until the scheduler no longer lists the worker at
+        ``address``, which was lost, so that the next placement does not choose it."""
+        deadline = time.monotonic() + wait
+        while address in self.addresses() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def growth(self, batch):
+        """How many more workers a new placement would use now."""
+        return min(len(self.addresses()), batch, self.want or batch) - self.placed
+
+    def place(self, ids, batch, recipe, params, carried, step):
+        """`DaskBlocks` of ``batch`` cursors over ``ids``, one contiguous block per worker;
+        `NothingToSave` when no worker joins within ``FASTBPTT_WORKER_WAIT`` seconds."""
+        found = self._available(1 if self.placed else (self.want or 1), _worker_wait())
+        if not found:
+            raise NothingToSave(f"no Dask worker is left in the cluster and none joined "
+                                f"within {_worker_wait():g} s")
+        chosen = found[:min(len(found), batch, self.want or batch)]
+        rows = split_rows(batch, len(chosen))
+        layout = Layout(params)
+        mapping = Mapping.create(layout, len(chosen)) if self.shared else None
+        blocks = DaskBlocks(self.client, chosen, rows, layout, mapping)
+        flat = layout.pack(params, blocks._out)
+        small = np.uint8 if ids.max(initial=0) < 256 else np.int32
+        try:
+            for i, (address, r, (part, segment, state)) in enumerate(zip(
+                    chosen, rows, block_args(ids, batch, rows, carried))):
+                try:
+                    sent = self.client.scatter([part.astype(small), state]
+                                               + ([flat] if mapping is None else []),
+                                               workers=[address], direct=True, hash=False,
+                                               timeout=5 * POLL)
+                except (OSError, TimeoutError):
+                    raise BlockLost(address) from None
+                blocks.futures.append(self.client.submit(
+                    _Block, __version__, sent[0], r, segment, recipe, layout,
+                    sent[2] if mapping is None else None, sent[1], step,
+                    None if mapping is None else (mapping, i), actor=True,
+                    workers=[address], allow_other_workers=False, pure=False))
+            blocks.actors = self._created(blocks.futures, chosen)
+            if mapping is not None:
+                mapping.remove()                  # every worker has mapped it
+            blocks.call("warm")
+        except (BlockLost, NothingToSave):
+            blocks.close()
+            raise
+        except Exception as error:
+            blocks.close()
+            raise NothingToSave(f"the Dask workers could not hold the run's cursors "
+                                f"({type(error).__name__}: {error}); they need fastbptt "
+                                f"{__version__} installed ({EXTRA})") from None
+        self.placed = len(chosen)
+        return blocks
+
+    def _created(self, futures, addresses):
+        """The actors of ``futures`` (one per address), once made; `BlockLost` when a
+        worker leaves before its actor is."""
+        while True:
+            try:
+                with self.client.as_current():      # the actors call through this client
+                    _dask.wait(futures, timeout=POLL)
+                    return [f.result() for f in futures]
+            except TimeoutError:
+                alive = self.addresses()
+                for address, future in zip(addresses, futures):
+                    if not future.done() and address not in alive:
+                        raise BlockLost(address) from None

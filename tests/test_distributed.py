@@ -1,0 +1,237 @@
+"""Data-parallel training on a real local Dask cluster (SPEC.md §9): the same numbers as one
+process over the same cursors, checkpoints that resume on any number of workers, a
+worker killed mid-run, and a cluster started with Dask's own commands."""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from cli_processes import SMALL, TEXT, env, finish, read_until, start, write_corpus
+from fastbptt import checkpoint
+from fastbptt._cursors import place_local
+from fastbptt.params import leaves
+from fastbptt.text import Codec
+from fastbptt.train import TrainOptions, Trainer
+
+distributed = pytest.importorskip("fastbptt.distributed", reason="needs dask[distributed]")
+TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
+MODELS = [("elman", 1), ("lstm", 2)]
+
+
+def relative(a, b):
+    """The largest difference of two models' arrays over the largest entry of each."""
+    return max(float(np.abs(leaves(a)[k].astype(np.float64) - v).max() / np.abs(v).max())
+               for k, v in leaves(b).items())
+
+
+@pytest.fixture(scope="module")
+def workers():
+    with distributed.Workers.local(2) as cluster:
+        yield cluster
+
+
+def trainer(dtype, cell, layers, placement=None, resume=None):
+    codec = Codec.from_text(TEXT)
+    options = TrainOptions(hidden=12, seq_length=10, batch=7, lr=1e-2, dtype=dtype,
+                           cell=cell, layers=layers)
+    return Trainer(options, codec.encode(TEXT), codec, resume=resume, placement=placement)
+
+
+def steps(*trainers, n):
+    for _ in range(n):
+        for t in trainers:
+            t.train_step()
+
+
+@pytest.mark.parametrize("cell,layers", MODELS)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_two_workers_equal_one_process_and_resume_on_one_or_none(workers, tmp_path, dtype,
+                                                                 cell, layers):
+    """30 steps on 2 workers (7 cursors: 4 + 3) against one process; then the checkpoint
+    written with 2 workers resumed on 1 worker and in one process, 10 steps more."""
+    one = trainer(dtype, cell, layers)
+    two = trainer(dtype, cell, layers, placement=workers.place)
+    assert two.blocks.rows == [(0, 4), (4, 7)]
+    steps(one, two, n=30)
+    tol = TOLERANCE[dtype]
+    assert relative(two.params, one.params) <= tol
+    np.testing.assert_allclose(two.losses, one.losses, rtol=tol)
+    np.testing.assert_allclose(two.carried.h, one.carried.h, rtol=0, atol=tol)
+    saved = checkpoint.load(two.save(tmp_path / "two.npz"))
+    two.close()
+    single = workers.limited(1)
+    on_one = trainer(dtype, cell, layers, placement=single.place, resume=saved)
+    at_home = trainer(dtype, cell, layers, resume=saved)
+    assert on_one.blocks.rows == [(0, 7)]
+    steps(one, on_one, at_home, n=10)
+    assert relative(on_one.params, one.params) <= tol
+    assert relative(at_home.params, one.params) <= tol
+    for name, value in leaves(at_home.params).items():       # the same blocks: same bits
+        np.testing.assert_array_equal(value, leaves(on_one.params)[name])
+    on_one.close()
+
+
+def test_blocks_in_one_process_add_up_to_one_block():
+    """The split itself, without Dask: 3 uneven blocks of 7 cursors in this process."""
+    def three(*args):
+        return place_local(*args, parts=3)
+    one, split = trainer("float64", "gru", 2), trainer("float64", "gru", 2, placement=three)
+    assert split.blocks.rows == [(0, 3), (3, 5), (5, 7)]
+    steps(one, split, n=20)
+    assert relative(split.params, one.params) <= 1e-10
+
+
+def worker_pids(proc):
+    """The Dask worker processes a `fastbptt train --workers` process started."""
+    import psutil
+
+    return [p.pid for p in psutil.Process(proc.pid).children()
+            if "spawn_main" in " ".join(p.cmdline())]
+
+
+def wait_for_step(path, step, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, finish(proc)
+        try:
+            if checkpoint.load(path).step >= step:
+                return
+        except (FileNotFoundError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"no checkpoint of step {step} within {timeout} s")
+
+
+def test_a_killed_worker_costs_the_steps_since_the_last_checkpoint(tmp_path):
+    write_corpus(tmp_path)
+    proc = start(["train", "tiny.txt", *SMALL, "--sample-every", "0", "--steps", "1500",
+                  "--workers", "2", "--checkpoint-every", "100", "--checkpoint", "k.npz"],
+                 tmp_path)
+    try:
+        wait_for_step(tmp_path / "k.npz", 100, proc)
+        pids = worker_pids(proc)
+        assert len(pids) == 2
+        os.kill(pids[0], signal.SIGKILL)
+        outcome = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert outcome.status == 0 and outcome.err == "", outcome
+    assert re.search(r"left the cluster during step \d+; the run goes on from its checkpoint "
+                     r"of step \d+ on (1 worker, 2 cursors|2 workers, 1 \+ 1 cursors)\n",
+                     outcome.out), outcome     # the one left, or with its restarted twin
+    done = checkpoint.load(tmp_path / "k.npz")
+    assert done.step == 1500 and done.history["loss"].size == 1500
+
+
+def test_ctrl_c_reaches_the_run_and_not_its_workers(tmp_path):
+    """A terminal's Ctrl-C signals the whole process group: the workers ignore it, so the
+    run can still gather their cursors' states into the checkpoint."""
+    write_corpus(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "fastbptt", "train", "tiny.txt", *SMALL,
+                             "--sample-every", "0", "--time", "60", "--workers", "2",
+                             "--checkpoint", "c.npz"], cwd=tmp_path, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        read_until(proc, "training for 60 s")
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        outcome = finish(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert outcome.status == 130, outcome
+    assert "interrupted at step" in outcome.out
+    assert checkpoint.load(tmp_path / "c.npz").step > 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """`dask scheduler` and two `dask worker ADDRESS --nthreads 1`, separate processes on
+    127.0.0.1, as a user with a cluster starts them; each in its own process group."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    here = ["--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"]
+    commands = [["scheduler", "--port", address.rsplit(":", 1)[1], *here]] + \
+        [["worker", address, "--nthreads", "1", *here]] * 2
+    procs = []
+    try:
+        for command in commands:
+            procs.append(subprocess.Popen([sys.executable, "-m", "dask", *command],
+                                          cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.DEVNULL, start_new_session=True))
+        yield address, procs
+    finally:
+        stop(reversed(procs))
+
+
+def stop(procs):
+    """SIGTERM each process group, which Dask's commands answer by closing their workers and
+    cleaning up after them (SIGKILL would leave their semaphores in /dev/shm); SIGKILL
+    only for what is still there 30 s later."""
+    procs = [p for p in procs if p.poll() is None]
+    for proc in procs:
+        os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def test_train_on_a_cluster_of_dask_commands_then_lose_every_worker(tmp_path, dask_cluster):
+    address, procs = dask_cluster
+    write_corpus(tmp_path)
+    run = ["train", "tiny.txt", *SMALL, "--sample-every", "0", "--scheduler", address,
+           "--workers", "2", "--checkpoint-every", "50"]
+    done = finish(start([*run, "--steps", "300", "--checkpoint", "s.npz"], tmp_path))
+    assert done.status == 0 and done.err == "", done
+    assert f"workers: 2 workers, 1 + 1 cursors of the Dask cluster at {address}" in done.out
+    assert checkpoint.load(tmp_path / "s.npz").step == 300
+
+    proc = start([*run, "--steps", "100000", "--checkpoint", "lost.npz"], tmp_path,
+                 FASTBPTT_WORKER_WAIT="1")
+    try:
+        wait_for_step(tmp_path / "lost.npz", 100, proc)
+        stop(procs[1:])                                # every worker leaves
+        time.sleep(0.5)
+        kept = (tmp_path / "lost.npz").read_bytes()
+        outcome = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert outcome.status == 1, outcome
+    line = outcome.one_line("fastbptt train: no Dask worker is left in the cluster and none "
+                            "joined within 1 s; nothing was saved over lost.npz, which holds "
+                            "step ")
+    assert "`fastbptt train --resume --checkpoint lost.npz` continues from it" in line
+    assert (tmp_path / "lost.npz").read_bytes() == kept
+
+
+def test_without_dask_the_options_name_the_extra(tmp_path, capsys, monkeypatch):
+    from fastbptt.cli import main
+
+    write_corpus(tmp_path)
+    import fastbptt
+
+    monkeypatch.setitem(sys.modules, "distributed", None)     # import distributed fails
+    monkeypatch.delitem(sys.modules, "fastbptt.distributed")
+    monkeypatch.delattr(fastbptt, "distributed")
+    for option, value in (("--workers", "2"), ("--scheduler", "tcp://127.0.0.1:1")):
+        assert main(["train", str(tmp_path / "tiny.txt"), *SMALL, option, value]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"fastbptt train: {option} needs Dask: pip install "
+                       "'fastbptt[distributed]'"]
