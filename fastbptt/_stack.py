@@ -28,8 +28,8 @@ from ._kernels.cells import TAGS
 from ._kernels.directions import permute_steps, reversal_index
 from ._kernels.forward import forward
 from ._kernels.inputs import dense_grads, gather_inputs, project_inputs, scatter_ids
-from ._kernels.matvec import pad_weights, padded, passes
-from ._kernels.narrow import (NARROW, PANEL, backward_narrow, forward_narrow, panel_columns,
+from ._kernels.matvec import pad_weights, padded, panel_columns, panel_transpose, passes
+from ._kernels.narrow import (NARROW, PANELS, backward_narrow, forward_narrow,
                               to_feature_major)
 from ._threads import ensure_default_threads, threads_in_use
 from ._workspace import workspace
@@ -115,7 +115,7 @@ class Direction:
     """One direction of one layer after the forward pass."""
 
     __slots__ = ("l", "d", "layer", "reverse", "states", "gates", "cells", "kept", "src",
-                 "width", "src_tm", "ids", "WTp", "Wp", "WTc", "UT")
+                 "width", "src_tm", "ids", "WTp", "Wp", "WTc", "Wc", "UT")
 
     def __init__(self, l, d, layer, reverse):
         self.l, self.d, self.layer, self.reverse = l, d, layer, reverse
@@ -127,7 +127,7 @@ class Direction:
         self.width = 0           # features of src that are inputs
         self.src_tm = False
         self.ids = None          # token ids (T B,), in this direction's step order
-        self.WTp = self.Wp = self.WTc = self.UT = None
+        self.WTp = self.Wp = self.WTc = self.Wc = self.UT = None
 
 
 class Forward:
@@ -315,8 +315,9 @@ class Forward:
         starts = dh0 is not None
         if plan.back_tm:
             none = self.no_dh0
-            backward_narrow(self.tag, S, Z, E, C, direction.Wp, layer.W, p.activation,
-                            plan.chunk, p.lengths, dcf, buf, dZ, dZh, self.X, dW, db, dbh,
+            backward_narrow(self.tag, S, Z, E, C, direction.Wp, direction.Wc, layer.W,
+                            p.activation, plan.chunk, p.lengths, dcf, buf, dZ, dZh, self.X,
+                            dW, db, dbh,
                             dh0[s] if starts else none,
                             dc0[s] if starts and dc0 is not None else none)
         else:
@@ -524,10 +525,10 @@ def _forward_for(p, plan, store):
             direction.kept = state_like(f"kept{name}", H if gru else 0, N)
             direction.WTp = store.get(f"WTp{name}", (H, NG), dtype)
             direction.Wp = store.get(f"Wp{name}", (GH, N), dtype)
-            # a gated cell's W^T walked in panels (`_kernels.narrow.PANEL`) by batches of
-            # several sequences (one sequence walks rows in blocks twice as wide)
-            panels = plan.narrow and GH > H and NG * dtype.itemsize > 4 * PANEL and B >= NARROW
+            # W^T and W walked in column panels (`matvec.panels_axpy`; `narrow.PANELS`)
+            panels = plan.narrow and (B >= PANELS or B >= NARROW and GH > H)
             direction.WTc = store.get(f"WTc{name}", (H * NG if panels else 0,), dtype)
+            direction.Wc = store.get(f"Wc{name}", (GH * N if panels else 0,), dtype)
             by_rows = plan.narrow and (T * B >= 16 * p.sizes[0] or   # see `gather_inputs`
                                        p.sizes[0] * dtype.itemsize >= 1024)
             direction.UT = store.get(f"UT{name}", (p.sizes[0], GH) if by_rows else (0, 0),
@@ -594,14 +595,16 @@ def run_forward(problem, store=workspace):
                     src = _reversed_src(fw, src, src_tm, width, f"src{l}.{direction.d}")
                 direction.src, direction.width, direction.src_tm = src, width, src_tm
                 project_inputs(src, width, src_tm, layer.U, bias, gates, plan.narrow)
-            pad_weights(layer.W, direction.WTp, direction.Wp)
+            if not (direction.WTc.size and plan.back_tm):    # else panels alone serve
+                pad_weights(layer.W, direction.WTp, direction.Wp)
             s = l * D + direction.d
             bh = bias_or_zeros(layer.bh, GH, dtype) if gru else fw.no_bh
             states, cells = direction.states, direction.cells
             if plan.narrow:
                 WTc = direction.WTc
                 if WTc.size:
-                    panel_columns(direction.WTp, WTc)
+                    panel_transpose(layer.W, WTc, direction.WTp.shape[1])
+                    panel_columns(layer.W, direction.Wc, direction.Wp.shape[1])
                 forward_narrow(fw.tag, direction.WTp, WTc, p.activation, p.lengths, p.h0[s],
                                p.c0[s] if p.c0 is not None else p.h0[s], gates, states,
                                direction.kept, cells, fw.hid, bh, h_final[s], c_final[s])

@@ -5,6 +5,10 @@
   backward; the shapes here reach every combination, and the end-to-end cases run hidden
   sizes that need several blocks and padding through the narrow forward and backward
   paths.
+- `panels_axpy` on `panel_columns`' panels, the step of narrow batches of 4 sequences
+  or more: per panel `rows_axpy` below 8 sequences, and a blocked product (KC rows at a
+  time for every group of sequences) from 8 on; panels of 4 registers, the last one 3,
+  2 or 1, and K beyond and below KC.
 - `transpose_into`, whose full tiles go through registers.
 - `all_finite` and `id_range`, which validation runs before falling back to NumPy.
 """
@@ -15,7 +19,8 @@ import fastbptt
 from fastbptt import reference
 from fastbptt._kernels.blas import transpose_into
 from fastbptt._kernels.checks import all_finite, id_range
-from fastbptt._kernels.matvec import VECTOR_BYTES, padded, rows_axpy
+from fastbptt._kernels.matvec import (KC, PANEL_BYTES, VECTOR_BYTES, padded, panel_columns,
+                                     panels_axpy, rows_axpy)
 from conftest import assert_agree, make_problem
 
 DTYPES = [np.float32, np.float64]
@@ -97,8 +102,54 @@ def test_rows_axpy_refuses_strided_rows():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_panel_columns_cuts_and_pads(rng, dtype):
+    pw = PANEL_BYTES // np.dtype(dtype).itemsize
+    K, n, N = 5, 2 * pw + 3, padded(2 * pw + 3, dtype)
+    R = rng.standard_normal((K, n)).astype(dtype)
+    Rc = np.full(K * N, np.nan, dtype)
+    panel_columns(R, Rc, N)
+    full = np.zeros((K, N), dtype)
+    full[:, :n] = R
+    for c0 in range(0, N, pw):
+        w = min(pw, N - c0)
+        np.testing.assert_array_equal(Rc[c0 * K:(c0 + w) * K].reshape(K, w), full[:, c0:c0 + w])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("S", [4, 5, 7, 8, 9, 10, 11, 12, 13, 32])
+def test_panels_axpy_matches_numpy(rng, dtype, S):
+    lanes = VECTOR_BYTES // np.dtype(dtype).itemsize
+    for vectors in (1, 2, 3, 4, 5, 7, 8, 11):
+        N = vectors * lanes
+        for K in (1, 3, KC - 1, KC, KC + 1, 2 * KC + 5):
+            R = rng.standard_normal((K, N)).astype(dtype)
+            Rc = np.empty(K * N, dtype)
+            panel_columns(R, Rc, N)
+            x = rng.standard_normal((S, K + 2)).astype(dtype)[:, :K]
+            out_all = rng.standard_normal((S, N + 3)).astype(dtype)
+            out, before = out_all[:, :N], out_all.copy()
+            expected = out.astype(np.float64) + x.astype(np.float64) @ R.astype(np.float64)
+            panels_axpy(Rc, K, x, out, S % 2 == 1)
+            scale = np.abs(R).sum(axis=0).max() * np.abs(x).max() + 1
+            tol = 1e-6 if dtype == np.float32 else 1e-14
+            np.testing.assert_allclose(out, expected, rtol=0, atol=tol * scale,
+                                       err_msg=f"S={S} K={K} N={N}")
+            np.testing.assert_array_equal(out_all[:, N:], before[:, N:])
+
+
+@pytest.mark.parametrize("bad", ["panels", "x", "out"])
+def test_panels_axpy_refuses_shapes_it_would_overrun(bad):
+    K, N, S = 4, 16, 8
+    Rc = np.zeros(K * N - (bad == "panels"), np.float32)
+    x = np.zeros((S, K + (bad == "x")), np.float32)
+    out = np.zeros((S - (bad == "out"), N), np.float32)
+    with pytest.raises(ValueError, match="panels_axpy"):
+        panels_axpy(Rc, K, x, out, False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("H", [16, 33, 128, 300])
-@pytest.mark.parametrize("B", [1, 2, 3])
+@pytest.mark.parametrize("B", [1, 2, 3, 5, 9])
 @pytest.mark.parametrize("truncation", [(None, 1), (6, 6)], ids=["full", "chunks6"])
 def test_narrow_paths_match_reference_at_larger_sizes(rng, dtype, H, B, truncation):
     """Several blocks, padding, and enough steps for both walking directions to matter."""

@@ -26,9 +26,14 @@ import numpy as np
 
 from ._jit import jit
 from .blas import transpose_into
-from .simd import VECTOR_BYTES, axpy_block, lanes
+from .copies import copy_row
+from .simd import VECTOR_BYTES, axpy_4x4, axpy_block, lanes
 
 BLOCK = 16          # most registers per block (`simd.axpy_block`)
+# Panels (`panel_columns`, `panels_axpy`): column panels of 4 registers, 256-byte rows, so
+# that KC rows of a panel (24 KB) stay in L1 while every group of sequences reads them.
+PANEL_BYTES = 4 * VECTOR_BYTES
+KC = 96
 
 
 def padded(n, dtype):
@@ -117,6 +122,77 @@ def rows_axpy(R, x, out, reverse):
                   out.ctypes.data + s0 * ostep * size, ostep, group, reverse)
         s0 += group
         reverse = not reverse
+
+
+@jit
+def panel_columns(R, Rc, N):
+    """Rc (K N,) <- R (K, n <= N) zero-padded to N columns, as column panels of
+    PANEL_BYTES-byte rows (the last may be narrower), each a contiguous (K, width) block,
+    one after the other."""
+    K, n = R.shape
+    pw = PANEL_BYTES // R.itemsize
+    for c0 in range(0, N, pw):
+        w = min(pw, N - c0)
+        real = max(0, min(w, n - c0))
+        panel = Rc[c0 * K:(c0 + w) * K].reshape(K, w)
+        for j in range(K):
+            copy_row(panel[j, :real], R[j, c0:c0 + real])
+            panel[j, real:] = 0
+
+
+@jit
+def panel_transpose(W, Rc, N):
+    """`panel_columns` of W^T (W (n <= N, K)), without W^T itself: each panel is the
+    transpose of a block of W's rows."""
+    n, K = W.shape
+    pw = PANEL_BYTES // W.itemsize
+    for c0 in range(0, N, pw):
+        w = min(pw, N - c0)
+        real = max(0, min(w, n - c0))
+        panel = Rc[c0 * K:(c0 + w) * K].reshape(K, w)
+        transpose_into(W[c0:c0 + real], panel[:, :real])
+        for j in range(K):
+            panel[j, real:] = 0
+
+
+@jit
+def panels_axpy(Rc, K, x, out, reverse):
+    """out[s] += R^T x[s] for every sequence s, R (K, N) given as `panel_columns` Rc and
+    N = out.shape[1] (a whole number of vector registers).
+
+    Eight sequences or more go as a small matrix product: per panel, KC rows at a time
+    (in L1), every group of 4 sequences adds those rows' terms to its 4 x 4 registers,
+    so each row is read from L2 once a step rather than once a group (LSTM at H = 256,
+    32 sequences, 100 steps: 6.9 ms forward and 6.8 ms backward, against 10.4 and
+    10.7 ms for `rows_axpy` on the whole rows). Rows are added in order, j = 0 ... K-1,
+    into every output. The last 1 to 3 sequences, the last panel when it is narrower,
+    and batches of fewer than 8 sequences walk each panel with `rows_axpy`, which
+    alternates direction from ``reverse``. (One register block, so that the calls that
+    never take this path compile little for it.)
+    """
+    S, N = out.shape
+    size = Rc.itemsize
+    pw = PANEL_BYTES // size
+    if x.shape[0] != S or x.shape[1] != K or Rc.shape[0] != K * N or N % lanes(Rc) != 0:
+        raise ValueError("panels_axpy: Rc must hold K N entries, x (S, K), out (S, N)")
+    if K == 0 or N == 0 or S == 0:
+        return
+    if x.strides[1] != size or out.strides[1] != size:
+        raise ValueError("panels_axpy: the rows of x and out must be contiguous")
+    blocked = S - S % 4 if S >= 8 else 0
+    xstep, ostep = x.strides[0] // size, out.strides[0] // size
+    for c0 in range(0, N, pw):
+        w = min(pw, N - c0)
+        panel = Rc[c0 * K:(c0 + w) * K].reshape(K, w)
+        done = blocked if w == pw else 0
+        for j0 in range(0, K, KC):
+            kc = min(KC, K - j0)
+            for s0 in range(0, done, 4):
+                axpy_4x4(Rc, panel.ctypes.data + j0 * w * size, w,
+                         x.ctypes.data + (s0 * xstep + j0) * size, xstep, 1,
+                         out.ctypes.data + (s0 * ostep + c0) * size, ostep, kc)
+        if done < S:
+            rows_axpy(panel, x[done:], out[done:, c0:c0 + w], reverse)
 
 
 @jit(inline="always")

@@ -20,24 +20,14 @@ from .blas import gemm, scratch, transpose_into
 from .cells import backward_tm, forward_tm, to_h0
 from .copies import add_row, copy_row, copy_rows, longest, zero_steps_after
 from .inputs import EXACT_SUMS
-from .matvec import passes, rows_axpy, rows_of_W
+from .matvec import panels_axpy, passes, rows_axpy, rows_of_W
 
 NARROW = 4      # fewer sequences than this always run here
-# Columns of W^T per panel (`panel_columns`): a gated cell's W^T (H, G H) has rows of
-# G H entries, 4 KB for an LSTM at H = 256; walking them whole, `rows_axpy` reads a new
-# page with each row, which the prefetcher does not follow (10.5 ms for 100 steps of 32
-# sequences), and panels of 128 float32 (512-byte rows) took 7.9 ms.
-PANEL = 128
-
-
-@jit
-def panel_columns(WTp, WTc):
-    """WTc (H NG,) <- WTp (H, NG) as column panels of PANEL columns (the last may be
-    narrower), each a contiguous (H, width) block, one after the other."""
-    H, NG = WTp.shape
-    for c0 in range(0, NG, PANEL):
-        w = min(PANEL, NG - c0)
-        copy_rows(WTc[c0 * H:(c0 + w) * H].reshape(H, w), WTp[:, c0:c0 + w])
+# This many sequences or more walk W^T and W in panels (`matvec.panels_axpy`), as do a
+# gated cell's from NARROW on (its W^T's long rows read a new page each, which the
+# prefetcher does not follow). Elman layers of 4 to 7 sequences walk whole rows: in
+# panels they took 6% (B = 6) and 11% (B = 4) longer at H = 128.
+PANELS = 8
 
 
 @jit
@@ -53,8 +43,8 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
     (T+1, B, 0)); Hid (B, NG) is scratch for the GRU's W h + bh, bh (G H,) its bias
     (Hid (B, 0) and bh empty for other cells). h0, c0 (B, H); h_final and c_final (B, H) receive each
     sequence's state after its last real step (c_final (B, 0) when not needed).
-    WTc: the same W^T cut into column panels (`panel_columns`), which each step's
-    product walks one at a time; empty to walk WTp whole.
+    WTc: the same W^T cut into column panels (`matvec.panel_columns`), which each step's
+    product walks by `panels_axpy`; empty to walk WTp whole.
     """
     T, B, N = S.shape[0] - 1, S.shape[1], S.shape[2]
     H = h0.shape[1]
@@ -78,10 +68,7 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
                 Hid[b, GH:] = 0
         target = Hid if apart else Z[t + 1]
         if WTc.size:
-            for c0_ in range(0, NG, PANEL):
-                w = min(PANEL, NG - c0_)
-                panel = WTc[c0_ * H:(c0_ + w) * H].reshape(H, w)
-                rows_axpy(panel, S[t, :, :H], target[:, c0_:c0_ + w], t * groups % 2 == 1)
+            panels_axpy(WTc, H, S[t, :, :H], target[:, 0:NG], t * groups % 2 == 1)
         else:
             rows_axpy(WTp, S[t, :, :H], target[:, 0:NG], t * groups % 2 == 1)
         for b in range(B):
@@ -108,7 +95,7 @@ def to_feature_major(seqs, hs):
 
 
 @jit
-def backward_narrow(cell, S, Z, E, C, Wp, W, act, chunk, lengths, dcf, dH, dZ, dZh, X, dW,
+def backward_narrow(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, dZ, dZh, X, dW,
                     db, dbh, dh0, dc0):
     """The gates' gradients by one backward sweep per sequence, cut at chunk starts, and
     the gradients of W, b (bh) and h0 (c0).
@@ -119,7 +106,9 @@ def backward_narrow(cell, S, Z, E, C, Wp, W, act, chunk, lengths, dcf, dH, dZ, d
     dZ). The carries into step t are dropped when (t + 1) % chunk == 0 (chunk = T + 1 for
     full BPTT, k for chunks). dcf (B, H): the LSTM's dL/dc_final, added at each
     sequence's last real step (lengths (B,)), or (0, H). Wp (G H, N) is `pad_weights`'s
-    copy of W (unused when `rows_of_W` picks W itself); X (B, N) is scratch. Writes dW (G H, H), db (G H,), dbh
+    copy of W (unused when `rows_of_W` picks W itself); Wc, W padded to N columns in
+    panels (`matvec.panel_columns`), which the carries then walk, or empty; X (B, N) is
+    scratch. Writes dW (G H, H), db (G H,), dbh
     (G H,) (the GRU's hidden-side bias; else empty), dh0 and dc0 (B, H), row b that of
     sequence b (pass (0, H) for both when not needed). Padding steps have zero G, so their
     gradients are zero and they add nothing.
@@ -134,8 +123,12 @@ def backward_narrow(cell, S, Z, E, C, Wp, W, act, chunk, lengths, dcf, dH, dZ, d
     groups, done = passes(B), 0
     for t in range(T - 1, -1, -1):
         if t + 1 < T and (t + 1) % chunk != 0:
-            rows_axpy(R, dZh[(t + 1) * B:(t + 2) * B, :GH], dH[t * B:(t + 1) * B, 0:N],
-                      done % 2 == 1)
+            if Wc.size:
+                panels_axpy(Wc, GH, dZh[(t + 1) * B:(t + 2) * B, :GH],
+                            dH[t * B:(t + 1) * B, 0:N], done % 2 == 1)
+            else:
+                rows_axpy(R, dZh[(t + 1) * B:(t + 2) * B, :GH], dH[t * B:(t + 1) * B, 0:N],
+                          done % 2 == 1)
             done += groups
         else:
             X[:] = 0

@@ -107,6 +107,7 @@ def _axpy_block(vectors, nseq):
 _a16_1, _a8_1, _a4_1, _a2_1, _a1_1 = (_axpy_block(v, 1) for v in (16, 8, 4, 2, 1))
 _a8_2, _a4_2, _a2_2, _a1_2 = (_axpy_block(v, 2) for v in (8, 4, 2, 1))
 _a4_4, _a2_4, _a1_4 = (_axpy_block(v, 4) for v in (4, 2, 1))
+axpy_4x4 = _a4_4        # 4 registers for each of 4 sequences (`matvec.panels_axpy`)
 
 
 @jit(inline="always")
