@@ -53,7 +53,8 @@ class Problem:
     c0: Optional[np.ndarray] = None  # LSTM: like h0
     c0_given: bool = False
     reverse: bool = False            # layer calls: run the layer from each sequence's end
-    narrow: Optional[bool] = None    # the kernel path, once `api._narrow` has chosen it
+    narrow: Optional[bool] = None    # the kernel path, once `_stack._narrow` has chosen it
+    slices: Optional[tuple] = None   # with it, the narrow batch's slices (`batch_slices`)
 
     def padding_mask(self):
         """(B, T) bool: True at real steps."""

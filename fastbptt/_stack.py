@@ -27,35 +27,73 @@ from ._kernels.backward import backward_lag_major, backward_sweep
 from ._kernels.cells import TAGS
 from ._kernels.directions import permute_steps, reversal_index
 from ._kernels.forward import forward
-from ._kernels.inputs import dense_grads, gather_inputs, project_inputs, scatter_ids
-from ._kernels.matvec import pad_weights, padded, panel_columns, panel_transpose, passes
-from ._kernels.narrow import (NARROW, PANELS, backward_narrow, forward_narrow,
+from ._kernels.inputs import (gather_inputs, gather_inputs_part, input_grads,
+                              input_weight_grads, project_inputs, scatter_ids,
+                              scatter_ids_part)
+from ._kernels.matvec import pack_panels, pad_weights, padded, passes
+from ._kernels.narrow import (NARROW, PANELS, backward_narrow, backward_narrow_whole,
+                              forward_narrow, narrow_h0_grads, narrow_weight_grads,
                               to_feature_major)
-from ._threads import ensure_default_threads, threads_in_use
+from ._threads import ensure_default_threads, one_blas_thread, run_slices, threads_in_use
 from ._workspace import workspace
 from .params import Layer
 
-# Most bytes of W the narrow kernels may stream per step, one pass over W per group of
-# up to four sequences (`matvec.passes`), when BLAS runs on one thread. Measured here,
-# the narrow kernels beat a BLAS product per step below this (H = 512 float32: 2x at
-# B = 8, 1.2x at B = 32) and lose above it (H = 1024 float32, B = 16: 0.95x; B = 32: 0.8x).
-# With BLAS on two threads they lost from H = 256, B = 32 (0.93x), so they are then
-# kept to batches of fewer than NARROW sequences.
+# Most bytes of W the narrow kernels may stream per step when they walk whole rows, one
+# pass over W per group of up to four sequences (`matvec.passes`): batches of NARROW to
+# PANELS - 1 sequences, on one BLAS thread. Measured here, these beat a BLAS product per
+# step below this (H = 512 float32: 2x at B = 8) and lose above it.
 NARROW_BYTES = 8 << 20
+# Batches of PANELS sequences or more walk W in panels (`matvec.panels_axpy`), which beat
+# a BLAS product per step at every size measured up to NARROW_MOST sequences (one
+# thread, float32: LSTM H = 1024, B = 16 in 0.71 of the time; B = 32, 0.80; GRU H = 1024,
+# B = 32, 0.80; Elman H = 1024, B = 64, 0.91; LSTM H = 512, B = 128, 0.92). On n threads
+# the batch runs as n slices at once (`batch_slices`), each of PANELS sequences or more.
+NARROW_MOST = 128
 
 
 def _narrow(problem):
     """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`): below
-    NARROW sequences always; for more, on one BLAS thread, when their passes over W
-    stay within NARROW_BYTES per step. The choice does not depend on the truncation, so
-    that `forward` computes the very states `bptt` does. Chosen once per call (kept on
-    the problem), so a thread count changed meanwhile cannot split a call across paths."""
+    NARROW sequences always; up to NARROW_MOST, when each thread's slice has PANELS
+    sequences, or, on one BLAS thread, when passes over whole rows of W stay within
+    NARROW_BYTES per step. The choice does not depend on the truncation, so that
+    `forward` computes the very states `bptt` does. Chosen once per call (kept on the
+    problem), so a thread count changed meanwhile cannot split a call across paths."""
     if problem.narrow is None:
-        B = problem.B
-        problem.narrow = B < NARROW or (
-            threads_in_use() == 1
-            and passes.py_func(B) * problem.model.layers[0][0].W.nbytes <= NARROW_BYTES)
+        B, threads = problem.B, threads_in_use()
+        W = problem.model.layers[0][0].W
+        problem.narrow = B < NARROW or B <= NARROW_MOST and (
+            B >= PANELS * threads
+            or threads == 1 and passes.py_func(B) * W.nbytes <= NARROW_BYTES)
+        problem.slices = batch_slices(B) if problem.narrow and threads > 1 else (0, B)
     return problem.narrow
+
+
+def batch_slices(B):
+    """Bounds of the slices of a narrow batch that run at once, one per thread: a
+    multiple of 4 sequences each (the last takes the rest), PANELS or more, so that
+    every sequence goes through the same register blocks as in one slice."""
+    n = threads_in_use()
+    if n == 1 or B < PANELS * n:
+        return (0, B)
+    size = B // n // 4 * 4
+    return tuple(i * size for i in range(n)) + (B,)
+
+
+def row_slices(rows, parallel):
+    """Bounds of slices of ``rows`` rows (of a matrix product's output), one per thread
+    when ``parallel`` (`split`), multiples of 16 rows each but the last; else one."""
+    if not parallel:
+        return (0, rows)
+    n = min(threads_in_use(), max(1, rows // 64))
+    size = ((rows + n - 1) // n + 15) // 16 * 16
+    return tuple(min(i * size, rows) for i in range(n)) + (rows,)
+
+
+def split(problem):
+    """Whether the call runs narrow slices at once on several threads (see
+    `_threads.one_blas_thread`)."""
+    _narrow(problem)
+    return len(problem.slices) > 2
 
 
 class Plan(NamedTuple):
@@ -140,7 +178,7 @@ class Forward:
 
     __slots__ = ("problem", "plan", "dirs", "h_final", "c_final", "idx", "store", "H",
                  "tag", "hid", "no_bh", "no_c_final", "X", "no_dh0", "no_dc", "dUT",
-                 "_buffers", "_views")
+                 "parallel", "_buffers", "_views")
 
     def __init__(self, problem, plan, store):
         self.problem, self.plan = problem, plan
@@ -150,6 +188,7 @@ class Forward:
         self.dirs = []           # fresh ones for a backward pass that outlives the call
         self.H = problem.sizes[1]
         self._buffers = None
+        self.parallel = False
         self._views = {}
 
     def scratch(self, name, shape, dtype):
@@ -261,6 +300,13 @@ class Forward:
         directions, B, H), None when neither h0 nor c0 was given (dc0 None for other
         cells than the LSTM); dx (B, T, L) or None).
         """
+        self.parallel = split(self.problem)
+        if self.parallel:
+            with one_blas_thread():
+                return self._backward(dh_final, dc_final, need_dx)
+        return self._backward(dh_final, dc_final, need_dx)
+
+    def _backward(self, dh_final, dc_final, need_dx):
         p, plan, H = self.problem, self.plan, self.H
         D = len(self.dirs[0])
         tm = plan.back_tm
@@ -315,11 +361,17 @@ class Forward:
         starts = dh0 is not None
         if plan.back_tm:
             none = self.no_dh0
-            backward_narrow(self.tag, S, Z, E, C, direction.Wp, direction.Wc, layer.W,
-                            p.activation, plan.chunk, p.lengths, dcf, buf, dZ, dZh, self.X,
-                            dW, db, dbh,
-                            dh0[s] if starts else none,
-                            dc0[s] if starts and dc0 is not None else none)
+            h0s = (dh0[s] if starts else none, dc0[s] if starts and dc0 is not None else none)
+            if self.parallel:
+                run_slices(backward_narrow, p.slices, self.tag, S, Z, E, C, direction.Wp,
+                           direction.Wc, layer.W, p.activation, plan.chunk, p.lengths, dcf,
+                           buf, dZ, dZh, self.X)
+                run_slices(narrow_weight_grads, row_slices(GH, True), S, dZ, dZh, dW, db, dbh)
+                narrow_h0_grads(self.tag, layer.W, dZh, self.X, *h0s)
+            else:
+                backward_narrow_whole(self.tag, S, Z, E, C, direction.Wp, direction.Wc,
+                                      layer.W, p.activation, plan.chunk, p.lengths, dcf, buf,
+                                      dZ, dZh, self.X, dW, db, dbh, *h0s)
         else:
             if starts:
                 dh0_t, dc0_t = self.scratch("dh0", (H, B), dtype), \
@@ -345,11 +397,18 @@ class Forward:
                 if dc0 is not None:
                     dc0[s] = dc0_t.T
         if direction.src is None:
-            scatter_ids(dZ, plan.back_tm, direction.ids, dU, *self.dUT)
+            if self.parallel:
+                run_slices(scatter_ids_part, row_slices(GH, True), dZ, plan.back_tm,
+                           direction.ids, dU, *self.dUT)
+            else:
+                scatter_ids(dZ, plan.back_tm, direction.ids, dU, *self.dUT)
         else:
-            target = dX[direction.d] if dX is not None else _no_dx(dtype)
-            dense_grads(dZ, plan.back_tm, direction.src, direction.width, direction.src_tm,
-                        layer.U, dU, target, 0.0)
+            src, width, src_tm = direction.src, direction.width, direction.src_tm
+            run_slices(input_weight_grads, row_slices(GH, self.parallel), dZ, plan.back_tm,
+                       src, width, src_tm, dU)
+            if dX is not None:
+                run_slices(input_grads, row_slices(T * B, self.parallel), dZ, plan.back_tm,
+                           src_tm, width, layer.U, dX[direction.d], 0.0)
         return Layer(dU, dW, db if layer.b is not None else None,
                      dbh if layer.bh is not None else None)
 
@@ -373,17 +432,6 @@ class Forward:
         zh = z if dZh is dZ else self.scratch("lag zh", (GH, n), p.dtype)
         return (prev, h, z, zh, self.scratch("lag xp", (H, n), p.dtype),
                 self.scratch("lag xn", (H, n), p.dtype))
-
-
-_NO_DX = {}
-
-
-def _no_dx(dtype):
-    """An empty dX: `dense_grads` then skips dL/dx."""
-    out = _NO_DX.get(dtype)
-    if out is None:
-        out = _NO_DX[dtype] = np.empty((0, 0), dtype)
-    return out
 
 
 def _finals_of_empty(p, s, dh_final, dc_final, dh0, dc0):
@@ -527,8 +575,9 @@ def _forward_for(p, plan, store):
             direction.Wp = store.get(f"Wp{name}", (GH, N), dtype)
             # W^T and W walked in column panels (`matvec.panels_axpy`; `narrow.PANELS`)
             panels = plan.narrow and (B >= PANELS or B >= NARROW and GH > H)
-            direction.WTc = store.get(f"WTc{name}", (H * NG if panels else 0,), dtype)
-            direction.Wc = store.get(f"Wc{name}", (GH * N if panels else 0,), dtype)
+            # (None, not an empty array: the kernels then compile without the panels' code)
+            direction.WTc = store.get(f"WTc{name}", (H * NG,), dtype) if panels else None
+            direction.Wc = store.get(f"Wc{name}", (GH * N,), dtype) if panels else None
             by_rows = plan.narrow and (T * B >= 16 * p.sizes[0] or   # see `gather_inputs`
                                        p.sizes[0] * dtype.itemsize >= 1024)
             direction.UT = store.get(f"UT{name}", (p.sizes[0], GH) if by_rows else (0, 0),
@@ -553,6 +602,13 @@ def _forward_for(p, plan, store):
 def run_forward(problem, store=workspace):
     """Run every layer and direction; return the `Forward` (states, h_final, ...)."""
     ensure_default_threads()
+    if split(problem):
+        with one_blas_thread():
+            return _run_forward(problem, store, True)
+    return _run_forward(problem, store, False)
+
+
+def _run_forward(problem, store, parallel):
     p = problem
     plan = make_plan(p)
     L, H, C = p.sizes
@@ -585,7 +641,12 @@ def run_forward(problem, store=workspace):
             bias = bias_or_zeros(layer.b, GH, dtype)
             if l == 0 and p.ids:
                 direction.ids = x_ids[idx] if direction.reverse else x_ids
-                gather_inputs(direction.ids, layer.U, direction.UT, bias, gates, plan.narrow)
+                if parallel:
+                    run_slices(gather_inputs_part, row_slices(GH, True), direction.ids,
+                               layer.U, direction.UT, bias, gates, plan.narrow)
+                else:
+                    gather_inputs(direction.ids, layer.U, direction.UT, bias, gates,
+                                  plan.narrow)
             else:
                 if l == 0:
                     src, width, src_tm = x_dense, L, False
@@ -594,20 +655,22 @@ def run_forward(problem, store=workspace):
                 if direction.reverse:
                     src = _reversed_src(fw, src, src_tm, width, f"src{l}.{direction.d}")
                 direction.src, direction.width, direction.src_tm = src, width, src_tm
-                project_inputs(src, width, src_tm, layer.U, bias, gates, plan.narrow)
-            if not (direction.WTc.size and plan.back_tm):    # else panels alone serve
+                run_slices(project_inputs, row_slices(T * B, parallel), src, width, src_tm,
+                           layer.U, bias, gates, plan.narrow)
+            if direction.WTc is None or not plan.back_tm:    # else panels alone serve
                 pad_weights(layer.W, direction.WTp, direction.Wp)
             s = l * D + direction.d
             bh = bias_or_zeros(layer.bh, GH, dtype) if gru else fw.no_bh
             states, cells = direction.states, direction.cells
             if plan.narrow:
                 WTc = direction.WTc
-                if WTc.size:
-                    panel_transpose(layer.W, WTc, direction.WTp.shape[1])
-                    panel_columns(layer.W, direction.Wc, direction.Wp.shape[1])
-                forward_narrow(fw.tag, direction.WTp, WTc, p.activation, p.lengths, p.h0[s],
-                               p.c0[s] if p.c0 is not None else p.h0[s], gates, states,
-                               direction.kept, cells, fw.hid, bh, h_final[s], c_final[s])
+                if WTc is not None:
+                    pack_panels(layer.W, WTc, direction.WTp.shape[1], direction.Wc,
+                                direction.Wp.shape[1])
+                c0 = p.c0[s] if p.c0 is not None else p.h0[s]
+                run_slices(forward_narrow, p.slices, fw.tag, direction.WTp, WTc, p.activation,
+                           p.lengths, p.h0[s], c0, gates, states, direction.kept, cells,
+                           fw.hid, bh, h_final[s], c_final[s])
             else:
                 states[:, 0] = p.h0[s].T
                 if p.cell == "lstm":

@@ -7,7 +7,8 @@ from ._accept import accept
 from ._inputs import prepare
 from ._kernels.output import output_backward, output_errors
 from ._results import BPTTResult, ForwardResult, pack_grads
-from ._stack import bias_or_zeros, run_forward, steps
+from ._stack import bias_or_zeros, run_forward, split, steps
+from ._threads import one_blas_thread
 from ._workspace import workspace
 from .params import Layer, Model
 
@@ -88,15 +89,25 @@ def _solve(problem):
         zeros = np.zeros_like(problem.h0)
         return (0.0, grads, problem.h0.copy(), zeros, problem.c0.copy() if lstm else None,
                 zeros.copy() if lstm else None)
-    fw = run_forward(problem)
-    total, err = _errors(problem, fw)
-    dV, dc = _head_backward(problem, fw, err)
-    layers, dh0, dc0, _ = fw.backward()
+    if split(problem):
+        with one_blas_thread():
+            total, layers, dV, dc, fw, dh0, dc0 = _through(problem)
+    else:
+        total, layers, dV, dc, fw, dh0, dc0 = _through(problem)
     grads = Model(layers, dV, dc if model.c is not None else None)
     if dh0 is None:
         dh0 = np.zeros(problem.h0.shape, dtype)
         dc0 = dh0.copy() if lstm else None
     return total, grads, fw.h_final, dh0, fw.c_final if lstm else None, dc0
+
+
+def _through(problem):
+    """The forward pass, the head and the backward pass of `_solve`."""
+    fw = run_forward(problem)
+    total, err = _errors(problem, fw)
+    dV, dc = _head_backward(problem, fw, err)
+    layers, dh0, dc0, _ = fw.backward()
+    return total, layers, dV, dc, fw, dh0, dc0
 
 
 def _states_out(problem, array):

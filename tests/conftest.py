@@ -125,5 +125,6 @@ def kernel_path(request, monkeypatch):
     else:
         monkeypatch.setattr(_stack, "NARROW", 0)
         monkeypatch.setattr(_stack, "NARROW_BYTES", -1)
+        monkeypatch.setattr(_stack, "NARROW_MOST", -1)
     return request.param
 

@@ -276,8 +276,9 @@ def no_kernels(monkeypatch):
     def tripwire(*args):
         raise AssertionError("a kernel ran before validation rejected the call")
     for name in ("forward", "forward_narrow", "backward_sweep", "backward_lag_major",
-                 "backward_narrow",
-                 "to_feature_major", "pad_weights", "gather_inputs", "project_inputs"):
+                 "backward_narrow", "narrow_weight_grads", "pack_panels", "backward_narrow_whole",
+                 "to_feature_major", "pad_weights", "gather_inputs", "gather_inputs_part",
+                 "project_inputs"):
         monkeypatch.setattr(_stack, name, tripwire)
     for name in ("output_errors", "output_backward"):
         monkeypatch.setattr(api, name, tripwire)

@@ -89,11 +89,14 @@ def test_set_num_threads_round_trips_and_validates():
 @pytest.mark.parametrize("B,H,threads,narrow", [
     (1, 1024, 2, True),        # a few sequences: always the narrow kernels
     (3, 128, 2, True),
-    (32, 128, 1, True),        # 8 passes over a 64 KB W per step
-    (32, 512, 1, True),        # 8 MB per step: the limit
-    (64, 512, 1, False),
-    (16, 1024, 1, False),
-    (32, 128, 2, False),       # BLAS on two threads takes every batch of 4 or more
+    (4, 512, 1, True),         # whole rows: one pass over a 1 MB W per step
+    (4, 2048, 1, False),       # 16 MB per step: past the limit
+    (8, 2048, 1, True),        # panels, whatever W's size
+    (32, 1024, 1, True),
+    (128, 128, 1, True),
+    (129, 128, 1, False),      # more than NARROW_MOST: BLAS
+    (8, 128, 2, False),        # two threads, slices of fewer than 8: BLAS
+    (16, 128, 2, True),        # two threads, two slices of 8
 ])
 def test_kernel_path_follows_batch_size_W_size_and_threads(B, H, threads, narrow):
     from fastbptt import _stack
@@ -107,3 +110,70 @@ def test_kernel_path_follows_batch_size_W_size_and_threads(B, H, threads, narrow
         assert _stack._narrow(problem) is narrow
     finally:
         fastbptt.set_num_threads(1)
+
+
+@pytest.mark.parametrize("B,threads,bounds", [
+    (3, 2, (0, 3)), (15, 2, (0, 15)), (16, 2, (0, 8, 16)), (19, 2, (0, 8, 19)),
+    (32, 2, (0, 16, 32)), (32, 1, (0, 32)),
+])
+def test_narrow_batches_split_into_slices_of_whole_groups(B, threads, bounds):
+    from fastbptt import _stack
+    if threads > fastbptt._threads.MAX_THREADS:
+        pytest.skip("needs two CPUs")
+    fastbptt.set_num_threads(threads)
+    try:
+        assert _stack.batch_slices(B) == bounds
+    finally:
+        fastbptt.set_num_threads(1)
+
+
+@pytest.mark.parametrize("cell,layers,bidirectional,dense", [
+    ("elman", 1, False, False), ("lstm", 1, False, False), ("gru", 1, False, False),
+    ("lstm", 2, True, False), ("gru", 2, False, True), ("elman", 2, True, True),
+])
+@pytest.mark.parametrize("B", [16, 19])
+def test_slices_on_two_threads_give_the_one_thread_results(cell, layers, bidirectional,
+                                                           dense, B):
+    """Each sequence goes through the same register blocks in a slice as in the whole
+    batch, and the matrix products over all steps are cut into slices of rows, so the
+    states agree to the last bit; what those products sum (the loss, the weights'
+    gradients, dh0, dx) may be grouped otherwise by BLAS."""
+    if fastbptt._threads.MAX_THREADS < 2:
+        pytest.skip("needs two CPUs")
+    rng = np.random.default_rng(5)
+    params = fastbptt.init_params(9, 40, 6, cell=cell, num_layers=layers,
+                                  bidirectional=bidirectional, seed=3)
+    x = rng.normal(size=(B, 30, 9)).astype(np.float32) if dense else rng.integers(0, 9, (B, 30))
+    y = rng.integers(0, 6, (B, 30))
+    lengths = rng.integers(1, 31, B)
+    S = layers * (2 if bidirectional else 1)
+    stacked = not (cell == "elman" and S == 1)
+    h0 = rng.normal(size=(S, B, 40) if stacked else (B, 40)).astype(np.float32)
+    layer = fastbptt.init_params(9, 40, 6, cell=cell, seed=4).layers[0][0] \
+        if cell != "elman" else fastbptt.Layer(*fastbptt.init_params(9, 40, 6, seed=4)[:2], None)
+    xd = rng.normal(size=(B, 30, 9)).astype(np.float32)
+    dh = rng.normal(size=(B, 30, 40)).astype(np.float32)
+
+    def run():
+        r = fastbptt.bptt(x, y, params, lengths=lengths, h0=h0)
+        out, back = fastbptt.layer.vjp(xd, layer, lengths=lengths, cell=cell)
+        return r, out, back(dh)
+
+    one = run()
+    fastbptt.set_num_threads(2)
+    try:
+        two = run()
+    finally:
+        fastbptt.set_num_threads(1)
+    np.testing.assert_array_equal(one[0].h_final, two[0].h_final)
+    np.testing.assert_array_equal(one[1].h, two[1].h)
+    assert abs(one[0].loss - two[0].loss) <= 1e-6 * abs(one[0].loss)
+    pairs = [(f"bptt {k}", a, b) for (k, a), b in zip(
+        fastbptt.params.leaves(one[0].grads).items(),
+        fastbptt.params.leaves(two[0].grads).values())]
+    pairs += [("dh0", one[0].dh0, two[0].dh0), ("layer dx", one[2].dx, two[2].dx)]
+    pairs += [(f"layer {k}", a, b) for (k, a), b in zip(
+        fastbptt.params.leaves(one[2].grads).items(),
+        fastbptt.params.leaves(two[2].grads).values())]
+    for name, a, b in pairs:
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=name)

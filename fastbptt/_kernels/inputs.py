@@ -61,28 +61,57 @@ def gather_inputs(x_ids, U, UT, bias, out, time_major):
 
 
 @jit
-def project_inputs(src, width, src_time_major, U, bias, out, time_major):
-    """Steps of ``out`` <- U x_t + b, x_t the first ``width`` features of src's steps,
-    as one matrix product over all steps. A time-major src (the layer below's states)
-    goes with a time-major out only."""
+def gather_inputs_part(x_ids, U, UT, bias, out, time_major, c0, c1):
+    """`gather_inputs` in features c0 ... c1-1 of the G H, for a batch that runs on
+    several threads (calls for disjoint features run at once)."""
+    b = bias[c0:c1]
+    if time_major:
+        rows = _steps(out, True)
+        if UT.size:
+            transpose_into(U[c0:c1, 0:U.shape[1]], UT[:, c0:c1])
+            for tb in range(x_ids.shape[0]):
+                row = rows[tb, c0:c1]
+                col = UT[x_ids[tb], c0:c1]
+                for i in range(c1 - c0):
+                    row[i] = col[i] + b[i]
+        else:
+            for tb in range(x_ids.shape[0]):
+                row, col = rows[tb, c0:c1], x_ids[tb]
+                for i in range(c1 - c0):
+                    row[i] = U[c0 + i, col] + b[i]
+    else:
+        m = _steps(out, False)
+        for i in range(c0, c1):
+            u, row, bi = U[i], m[i], bias[i]
+            for tb in range(x_ids.shape[0]):
+                row[tb] = u[x_ids[tb]] + bi
+
+
+@jit
+def project_inputs(src, width, src_time_major, U, bias, out, time_major, r0, r1):
+    """Steps r0 ... r1-1 (of T B, in the order t B + b) of ``out`` <- U x_t + b, x_t the
+    first ``width`` features of src's steps, as one matrix product over those steps (so
+    that calls for disjoint steps can run at once). A time-major src (the layer below's
+    states) goes with a time-major out only."""
     H = U.shape[0]
     blas = scratch(out)
     x = _steps(src, src_time_major)
     o = _steps(out, time_major)
     if time_major:
-        rows = o[:, :H]
+        rows = o[r0:r1, :H]
         if src_time_major:
-            gemm(x[:, :width], U, rows, 1.0, 0.0, False, True, blas)
+            gemm(x[r0:r1, :width], U, rows, 1.0, 0.0, False, True, blas)
         else:
-            gemm(x[:width], U, rows, 1.0, 0.0, True, True, blas)
+            gemm(x[:width, r0:r1], U, rows, 1.0, 0.0, True, True, blas)
         for tb in range(rows.shape[0]):
             row = rows[tb]
             for i in range(H):
                 row[i] += bias[i]
     else:
-        gemm(U, x[:width], o, 1.0, 0.0, False, False, blas)
+        cols = o[:, r0:r1]
+        gemm(U, x[:width, r0:r1], cols, 1.0, 0.0, False, False, blas)
         for i in range(H):
-            row, bi = o[i], bias[i]
+            row, bi = cols[i], bias[i]
             for tb in range(row.shape[0]):
                 row[tb] += bi
 
@@ -138,29 +167,68 @@ def scatter_ids(delta, time_major, x_ids, dU, dUT, dUT64):
 
 
 @jit
-def dense_grads(delta, time_major, src, width, src_time_major, U, dU, dX, beta):
-    """dU = sum_t delta_t x_t^T over all steps, and, unless dX is empty,
-    dX <- U^T delta_t for every step (+ beta dX), into dX's first ``width`` rows
-    (T B columns) when src is feature-major, its first ``width`` columns (T B rows)
-    when time-major, as src's steps are.
+def scatter_ids_part(delta, time_major, x_ids, dU, dUT, dUT64, c0, c1):
+    """`scatter_ids` into rows c0 ... c1-1 of dU, for a batch that runs on several
+    threads (calls for disjoint rows run at once)."""
+    L = dU.shape[1]
+    n = x_ids.shape[0]
+    if time_major:
+        if n <= EXACT_SUMS:
+            _add_rows_at(dUT[:, c0:c1], delta[:, c0:c1], x_ids)
+        else:
+            _add_rows_at(dUT64[:, c0:c1], delta[:, c0:c1], x_ids)
+            copy_rows(dUT[:, c0:c1], dUT64[:, c0:c1])
+        transpose_into(dUT[:, c0:c1], dU[c0:c1, 0:L])
+    elif n <= EXACT_SUMS:
+        for i in range(c0, c1):
+            row = delta[i]
+            out = dU[i]
+            for l in range(L):
+                out[l] = 0
+            for tb in range(n):
+                out[x_ids[tb]] += row[tb]
+    else:
+        acc = np.empty(L, np.float64)
+        for i in range(c0, c1):
+            row = delta[i]
+            acc[:] = 0
+            for tb in range(n):
+                acc[x_ids[tb]] += row[tb]
+            for l in range(L):
+                dU[i, l] = acc[l]
+
+
+@jit
+def input_weight_grads(delta, time_major, src, width, src_time_major, dU, r0, r1):
+    """Rows r0 ... r1-1 of dU = sum_t delta_t x_t^T over all steps (so that calls for
+    disjoint rows can run at once).
 
     delta is (G H, T B) feature-major or (T B, >= G H) time-major; a time-major src
     goes with a time-major delta only."""
-    H = U.shape[0]
     blas = scratch(dU)
     x = _steps(src, src_time_major)
     if time_major:
-        d = delta[:, :H]
+        d = delta[:, r0:r1]
         if src_time_major:
-            gemm(d, x[:, :width], dU, 1.0, 0.0, True, False, blas)
+            gemm(d, x[:, :width], dU[r0:r1], 1.0, 0.0, True, False, blas)
         else:
-            gemm(d, x[:width], dU, 1.0, 0.0, True, True, blas)
-        if dX.size:
-            if src_time_major:
-                gemm(d, U, dX[:, :width], 1.0, beta, False, False, blas)
-            else:
-                gemm(U, d, dX[:width], 1.0, beta, True, True, blas)
+            gemm(d, x[:width], dU[r0:r1], 1.0, 0.0, True, True, blas)
     else:
-        gemm(delta, x[:width], dU, 1.0, 0.0, False, True, blas)
-        if dX.size:
-            gemm(U, delta, dX[:width], 1.0, beta, True, False, blas)
+        gemm(delta[r0:r1], x[:width], dU[r0:r1], 1.0, 0.0, False, True, blas)
+
+
+@jit
+def input_grads(delta, time_major, src_time_major, width, U, dX, beta, r0, r1):
+    """Steps r0 ... r1-1 of dX <- U^T delta_t (+ beta dX): dX's first ``width`` rows
+    (T B columns) when src is feature-major, its first ``width`` columns (T B rows)
+    when time-major, as src's steps are. delta as `input_weight_grads`'s."""
+    H = U.shape[0]
+    blas = scratch(dX)
+    if time_major:
+        d = delta[r0:r1, :H]
+        if src_time_major:
+            gemm(d, U, dX[r0:r1, :width], 1.0, beta, False, False, blas)
+        else:
+            gemm(U, d, dX[:width, r0:r1], 1.0, beta, True, True, blas)
+    else:
+        gemm(U, delta[:, r0:r1], dX[:width, r0:r1], 1.0, beta, True, False, blas)

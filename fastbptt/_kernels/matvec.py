@@ -124,7 +124,7 @@ def rows_axpy(R, x, out, reverse):
         reverse = not reverse
 
 
-@jit
+@jit(inline="always")
 def panel_columns(R, Rc, N):
     """Rc (K N,) <- R (K, n <= N) zero-padded to N columns, as column panels of
     PANEL_BYTES-byte rows (the last may be narrower), each a contiguous (K, width) block,
@@ -140,7 +140,7 @@ def panel_columns(R, Rc, N):
             panel[j, real:] = 0
 
 
-@jit
+@jit(inline="always")
 def panel_transpose(W, Rc, N):
     """`panel_columns` of W^T (W (n <= N, K)), without W^T itself: each panel is the
     transpose of a block of W's rows."""
@@ -150,9 +150,17 @@ def panel_transpose(W, Rc, N):
         w = min(pw, N - c0)
         real = max(0, min(w, n - c0))
         panel = Rc[c0 * K:(c0 + w) * K].reshape(K, w)
-        transpose_into(W[c0:c0 + real], panel[:, :real])
+        transpose_into(W[c0:c0 + real, 0:K], panel[:, 0:real])   # (A, A): as elsewhere
         for j in range(K):
             panel[j, real:] = 0
+
+
+@jit
+def pack_panels(W, WTc, NG, Wc, N):
+    """WTc <- `panel_transpose` of W (W^T's panels, NG columns) and Wc <- `panel_columns`
+    of W (N columns): what the narrow steps of a batch in panels read."""
+    panel_transpose(W, WTc, NG)
+    panel_columns(W, Wc, N)
 
 
 @jit
@@ -173,12 +181,12 @@ def panels_axpy(Rc, K, x, out, reverse):
     S, N = out.shape
     size = Rc.itemsize
     pw = PANEL_BYTES // size
-    if x.shape[0] != S or x.shape[1] != K or Rc.shape[0] != K * N or N % lanes(Rc) != 0:
-        raise ValueError("panels_axpy: Rc must hold K N entries, x (S, K), out (S, N)")
+    if x.shape[0] != S or x.shape[1] != K or Rc.shape[0] != K * N or N % lanes(Rc) != 0 \
+            or x.strides[1] != size or out.strides[1] != size:
+        raise ValueError("panels_axpy: Rc must hold K N entries, x (S, K), out (S, N), the "
+                         "rows of x and out contiguous")
     if K == 0 or N == 0 or S == 0:
         return
-    if x.strides[1] != size or out.strides[1] != size:
-        raise ValueError("panels_axpy: the rows of x and out must be contiguous")
     blocked = S - S % 4 if S >= 8 else 0
     xstep, ostep = x.strides[0] // size, out.strides[0] // size
     for c0 in range(0, N, pw):

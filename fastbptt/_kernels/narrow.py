@@ -32,52 +32,55 @@ PANELS = 8
 
 @jit
 def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_final,
-                   c_final):
-    """Fill S (T+1, B, N) with h0 and the states; rows past lengths[b] are zero, and so
-    are the padding columns.
+                   c_final, b0, b1):
+    """Fill S (T+1, B, N) with h0 and the states of sequences b0 ... b1-1 (the others are
+    left alone, so that calls for disjoint ranges can run at once); rows past lengths[b]
+    are zero, and so are the padding columns.
 
     cell: a `cells.TAGS` tag. WTp (H, NG): W^T zero-padded to NG >= G H columns. Z
     (T+1, B, NG): gates, holding the inputs' part in row t + 1 on entry (`inputs`) and
     the cell's activations on return (Z is S for Elman). C (T+1, B, N) receives c0 and
     c_t (LSTM; else (T+1, B, 0)); E (T+1, B, N) what the GRU keeps of each step (else
     (T+1, B, 0)); Hid (B, NG) is scratch for the GRU's W h + bh, bh (G H,) its bias
-    (Hid (B, 0) and bh empty for other cells). h0, c0 (B, H); h_final and c_final (B, H) receive each
-    sequence's state after its last real step (c_final (B, 0) when not needed).
-    WTc: the same W^T cut into column panels (`matvec.panel_columns`), which each step's
-    product walks by `panels_axpy`; empty to walk WTp whole.
+    (Hid (B, 0) and bh empty for other cells). h0, c0 (B, H); h_final and c_final (B, H)
+    receive each sequence's state after its last real step (c_final (B, 0) when not
+    needed). WTc: the same W^T cut into column panels (`matvec.panel_columns`), which
+    each step's product walks by `panels_axpy`; None to walk WTp whole (so that
+    `panels_axpy` is not compiled where it is not used).
     """
-    T, B, N = S.shape[0] - 1, S.shape[1], S.shape[2]
+    T, N = S.shape[0] - 1, S.shape[2]
     H = h0.shape[1]
-    rows = S.reshape((T + 1) * B, N)
-    rows[:, H:] = 0
     lstm = C.shape[2] > 0
-    if lstm:
-        C.reshape((T + 1) * B, N)[:, H:] = 0
-    for b in range(B):
+    if N > H:                       # the padding columns
+        for t in range(T + 1):
+            S[t, b0:b1, H:] = 0
+            if lstm:
+                C[t, b0:b1, H:] = 0
+    for b in range(b0, b1):
         copy_row(S[0, b, :H], h0[b])
         if lstm:
             copy_row(C[0, b, :H], c0[b])
     apart = Hid.shape[1] > 0
     GH = bh.shape[0]
-    groups = passes(B)
+    groups = passes(b1 - b0)
     NG = WTp.shape[1]
-    for t in range(longest(lengths)):
+    for t in range(longest(lengths[b0:b1])):
         if apart:
-            for b in range(B):
+            for b in range(b0, b1):
                 copy_row(Hid[b, :GH], bh)
                 Hid[b, GH:] = 0
         target = Hid if apart else Z[t + 1]
-        if WTc.size:
-            panels_axpy(WTc, H, S[t, :, :H], target[:, 0:NG], t * groups % 2 == 1)
+        if WTc is not None:
+            panels_axpy(WTc, H, S[t, b0:b1, :H], target[b0:b1, 0:NG], t % 2 == 1)
         else:
-            rows_axpy(WTp, S[t, :, :H], target[:, 0:NG], t * groups % 2 == 1)
-        for b in range(B):
+            rows_axpy(WTp, S[t, b0:b1, :H], target[b0:b1, 0:NG], t * groups % 2 == 1)
+        for b in range(b0, b1):
             if t < lengths[b]:
                 forward_tm(cell, Z, S, E, C, Hid, t, b, H, act)
             else:                   # past its end: kept at zero, so nothing grows there
                 S[t + 1, b] = 0
                 C[t + 1, b] = 0
-    for b in range(B):              # padding steps: zeros, which the backward pass reads
+    for b in range(b0, b1):         # padding steps: zeros, which the backward pass reads
         copy_row(h_final[b], S[lengths[b], b, :H])
         zero_steps_after(S, b, lengths[b] + 1)
         zero_steps_after(Z, b, lengths[b] + 1)
@@ -94,11 +97,12 @@ def to_feature_major(seqs, hs):
     transpose_into(seqs.reshape(T1 * B, seqs.shape[2])[:, :H], hs.reshape(H, T1 * B)[:, 0:T1 * B])
 
 
-@jit
-def backward_narrow(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, dZ, dZh, X, dW,
-                    db, dbh, dh0, dc0):
-    """The gates' gradients by one backward sweep per sequence, cut at chunk starts, and
-    the gradients of W, b (bh) and h0 (c0).
+@jit(inline="always")
+def _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, dZ, dZh, X,
+                    b0, b1):
+    """The gates' gradients of sequences b0 ... b1-1 by one backward sweep per sequence,
+    cut at chunk starts (the other sequences' rows are left alone, so that calls for
+    disjoint ranges can run at once); `narrow_weight_grads` then sums them.
 
     S, Z, E, C from `forward_narrow`. dH (T B, N) holds G_t = dL/dh_t of sequence b in
     the first H columns of row t B + b on entry; dZ and dZh (T B, NG) receive the gates'
@@ -107,58 +111,108 @@ def backward_narrow(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, d
     full BPTT, k for chunks). dcf (B, H): the LSTM's dL/dc_final, added at each
     sequence's last real step (lengths (B,)), or (0, H). Wp (G H, N) is `pad_weights`'s
     copy of W (unused when `rows_of_W` picks W itself); Wc, W padded to N columns in
-    panels (`matvec.panel_columns`), which the carries then walk, or empty; X (B, N) is
-    scratch. Writes dW (G H, H), db (G H,), dbh
-    (G H,) (the GRU's hidden-side bias; else empty), dh0 and dc0 (B, H), row b that of
-    sequence b (pass (0, H) for both when not needed). Padding steps have zero G, so their
+    panels (`matvec.panel_columns`), which the carries then walk, or None. X (B, N)
+    receives the carries into h0 (rows b0 ... b1-1). Padding steps have zero G, so their
     gradients are zero and they add nothing.
     """
     T, B, N = S.shape[0] - 1, S.shape[1], S.shape[2]
     GH, H = W.shape
-    rows = S.reshape((T + 1) * B, N)
-    before = rows[:T * B, :H]
     R = rows_of_W(W, Wp)
-    blas = scratch(dH)
-    dH[:, H:] = 0
-    groups, done = passes(B), 0
+    if N > H:                       # the padding columns
+        for t in range(T):
+            dH[t * B + b0:t * B + b1, H:] = 0
+    groups, done = passes(b1 - b0), 0
     for t in range(T - 1, -1, -1):
         if t + 1 < T and (t + 1) % chunk != 0:
-            if Wc.size:
-                panels_axpy(Wc, GH, dZh[(t + 1) * B:(t + 2) * B, :GH],
-                            dH[t * B:(t + 1) * B, 0:N], done % 2 == 1)
+            x = dZh[(t + 1) * B + b0:(t + 1) * B + b1, :GH]
+            out = dH[t * B + b0:t * B + b1, 0:N]
+            if Wc is not None:
+                panels_axpy(Wc, GH, x, out, t % 2 == 1)
             else:
-                rows_axpy(R, dZh[(t + 1) * B:(t + 2) * B, :GH], dH[t * B:(t + 1) * B, 0:N],
-                          done % 2 == 1)
+                rows_axpy(R, x, out, done % 2 == 1)
             done += groups
         else:
-            X[:] = 0
-        for b in range(B):
+            X[b0:b1] = 0
+        for b in range(b0, b1):
             if dcf.shape[0] and lengths[b] == t + 1:
                 add_row(X[b, :H], dcf[b])
             backward_tm(cell, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act)
-    gemm(dZh[:, :GH], before, dW, 1.0, 0.0, True, False, blas)   # sum_t dZh_t h_{t-1}^T
-    gemm(dZh[:dh0.shape[0], :GH], W, dh0, 1.0, 0.0, False, False, blas)
-    to_h0(cell, X[:dh0.shape[0], :H], dh0, dc0)
-    _column_sums(dZ, GH, db)
-    if dbh.size:
-        _column_sums(dZh, GH, dbh)
 
 
 @jit(inline="always")
-def _column_sums(d, GH, out):
-    """out (G H,) <- the sum over rows of d's first G H columns, in float64 beyond
-    `inputs.EXACT_SUMS` rows."""
+def _weight_grads(S, dZ, dZh, dW, db, dbh, r0, r1):
+    """After `backward_narrow` for every sequence: rows r0 ... r1-1 of dW (G H, H), db
+    (G H,) and dbh (G H,) (the GRU's hidden-side bias; else empty), so that calls for
+    disjoint rows can run at once."""
+    T, B, N = S.shape[0] - 1, S.shape[1], S.shape[2]
+    H = dW.shape[1]
+    before = S.reshape((T + 1) * B, N)[:T * B, :H]
+    blas = scratch(dW)
+    gemm(dZh[:, r0:r1], before, dW[r0:r1], 1.0, 0.0, True, False, blas)  # sum dZh_t h_{t-1}^T
+    _column_sums(dZ, db, r0, r1)
+    if dbh.size:
+        _column_sums(dZh, dbh, r0, r1)
+
+
+@jit(inline="always")
+def _h0_grads(cell, W, dZh, X, dh0, dc0):
+    """dh0 and dc0 (B, H), row b that of sequence b (pass (0, H) for both when not
+    needed), from the gates' gradients of step 0 and the carries X into h0."""
+    GH, H = W.shape
+    blas = scratch(dh0)
+    gemm(dZh[:dh0.shape[0], :GH], W, dh0, 1.0, 0.0, False, False, blas)
+    to_h0(cell, X[:dh0.shape[0], :H], dh0, dc0)
+
+
+@jit
+def backward_narrow(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, dZ, dZh, X,
+                    b0, b1):
+    """`_backward_steps`: the slice b0 ... b1-1 of a batch that runs on several threads."""
+    _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, dZ, dZh, X,
+                    b0, b1)
+
+
+@jit
+def narrow_weight_grads(S, dZ, dZh, dW, db, dbh, r0, r1):
+    """`_weight_grads`: rows r0 ... r1-1, for a batch that runs on several threads."""
+    _weight_grads(S, dZ, dZh, dW, db, dbh, r0, r1)
+
+
+@jit
+def narrow_h0_grads(cell, W, dZh, X, dh0, dc0):
+    """`_h0_grads`, for a batch that runs on several threads."""
+    _h0_grads(cell, W, dZh, X, dh0, dc0)
+
+
+@jit
+def backward_narrow_whole(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, dZ,
+                          dZh, X, dW, db, dbh, dh0, dc0):
+    """The backward pass of a narrow batch on one thread: `_backward_steps` for every
+    sequence, then `_weight_grads` and `_h0_grads`, in one function (one call from
+    Python, and one function to compile)."""
+    _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, dZ, dZh, X,
+                    0, S.shape[1])
+    _weight_grads(S, dZ, dZh, dW, db, dbh, 0, W.shape[0])
+    _h0_grads(cell, W, dZh, X, dh0, dc0)
+
+
+@jit(inline="always")
+def _column_sums(d, out, r0, r1):
+    """out[r0:r1] <- the sum over rows of d's columns r0 ... r1-1, in float64 beyond
+    `inputs.EXACT_SUMS` rows. (Slices, not indices from r0: loops over slices vectorize,
+    and took a tenth of the time.)"""
+    o = out[r0:r1]
     if d.shape[0] <= EXACT_SUMS:
-        out[:] = 0
+        o[:] = 0
         for tb in range(d.shape[0]):
-            row = d[tb]
-            for i in range(GH):
-                out[i] += row[i]
+            row = d[tb, r0:r1]
+            for i in range(r1 - r0):
+                o[i] += row[i]
         return
-    acc = np.zeros(GH, np.float64)
+    acc = np.zeros(r1 - r0, np.float64)
     for tb in range(d.shape[0]):
-        row = d[tb]
-        for i in range(GH):
+        row = d[tb, r0:r1]
+        for i in range(r1 - r0):
             acc[i] += row[i]
-    for i in range(GH):
-        out[i] = acc[i]
+    for i in range(r1 - r0):
+        o[i] = acc[i]
