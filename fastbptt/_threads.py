@@ -1,8 +1,11 @@
 """Thread control for the kernels.
 
 The kernels' parallel work is in their matrix products, which run in the BLAS that
-the kernels call: SciPy's OpenBLAS (a library separate from NumPy's). `set_num_threads`
-sets that library's thread count (and Numba's), leaving NumPy's own BLAS alone.
+the kernels call: SciPy's OpenBLAS (a library separate from NumPy's), and, for narrow
+batches of 8 sequences a thread or more, in slices of the batch that run at once on
+threads of this module's pool (`run_slices`), while the BLAS runs on one thread
+(`one_blas_thread`). `set_num_threads` sets that library's thread count (and Numba's),
+leaving NumPy's own BLAS alone.
 
 The default is one thread, set on the first call (or the first `get_num_threads`) unless
 `set_num_threads` was called or OPENBLAS_NUM_THREADS / OMP_NUM_THREADS are in the
@@ -87,6 +90,8 @@ def get_num_threads():
     reported is the one calls will use, not the library's count before the default.
     """
     ensure_default_threads()
+    if _single[0]:                  # a call keeps the BLAS on one thread for a while
+        return _in_use[0]
     return _library_threads()
 
 
