@@ -27,6 +27,17 @@ def _steps(a, time_major):
     return a.reshape(K, T1 * B)[:, B:]
 
 
+@jit(inline="always")
+def _gather_feature_major(x_ids, U, bias, out, c0, c1):
+    """Rows c0 ... c1-1 of a feature-major state array's steps <- U's rows gathered along
+    the ids, + b."""
+    m = _steps(out, False)
+    for i in range(c0, c1):
+        u, row, bi = U[i], m[i], bias[i]
+        for tb in range(x_ids.shape[0]):
+            row[tb] = u[x_ids[tb]] + bi
+
+
 @jit
 def gather_inputs(x_ids, U, UT, bias, out, time_major):
     """Steps of ``out`` (a state array) <- U[:, x_t] + b for token ids x_ids (T B,).
@@ -53,11 +64,7 @@ def gather_inputs(x_ids, U, UT, bias, out, time_major):
                 for i in range(H):
                     row[i] = U[i, col] + bias[i]
     else:
-        m = _steps(out, False)
-        for i in range(H):
-            u, row, bi = U[i], m[i], bias[i]
-            for tb in range(x_ids.shape[0]):
-                row[tb] = u[x_ids[tb]] + bi
+        _gather_feature_major(x_ids, U, bias, out, 0, H)
 
 
 @jit
@@ -80,11 +87,7 @@ def gather_inputs_part(x_ids, U, UT, bias, out, time_major, c0, c1):
                 for i in range(c1 - c0):
                     row[i] = U[c0 + i, col] + b[i]
     else:
-        m = _steps(out, False)
-        for i in range(c0, c1):
-            u, row, bi = U[i], m[i], bias[i]
-            for tb in range(x_ids.shape[0]):
-                row[tb] = u[x_ids[tb]] + bi
+        _gather_feature_major(x_ids, U, bias, out, c0, c1)
 
 
 @jit
@@ -131,6 +134,31 @@ def _add_rows_at(acc, delta, x_ids):
 EXACT_SUMS = 4096
 
 
+@jit(inline="always")
+def _scatter_feature_major(delta, x_ids, dU, c0, c1):
+    """Rows c0 ... c1-1 of dU from a feature-major delta (H, T B), each row's sums in
+    the dtype, or in float64 beyond EXACT_SUMS steps."""
+    L = dU.shape[1]
+    n = x_ids.shape[0]
+    if n <= EXACT_SUMS:
+        for i in range(c0, c1):
+            row = delta[i]
+            out = dU[i]
+            for l in range(L):
+                out[l] = 0
+            for tb in range(n):
+                out[x_ids[tb]] += row[tb]
+    else:
+        acc = np.empty(L, np.float64)
+        for i in range(c0, c1):
+            row = delta[i]
+            acc[:] = 0
+            for tb in range(n):
+                acc[x_ids[tb]] += row[tb]
+            for l in range(L):
+                dU[i, l] = acc[l]
+
+
 @jit
 def scatter_ids(delta, time_major, x_ids, dU, dUT, dUT64):
     """dU (H, L) <- sum over steps of delta_t at column x_t: the gradient of a gather.
@@ -147,23 +175,8 @@ def scatter_ids(delta, time_major, x_ids, dU, dUT, dUT64):
             _add_rows_at(dUT64, delta, x_ids)
             copy_rows(dUT[:, :H], dUT64)
         transpose_into(dUT[:, :H], dU[:, 0:L])
-    elif n <= EXACT_SUMS:
-        for i in range(H):
-            row = delta[i]
-            out = dU[i]
-            for l in range(L):
-                out[l] = 0
-            for tb in range(n):
-                out[x_ids[tb]] += row[tb]
     else:
-        acc = np.empty(L, np.float64)
-        for i in range(H):
-            row = delta[i]
-            acc[:] = 0
-            for tb in range(n):
-                acc[x_ids[tb]] += row[tb]
-            for l in range(L):
-                dU[i, l] = acc[l]
+        _scatter_feature_major(delta, x_ids, dU, 0, H)
 
 
 @jit
@@ -179,23 +192,8 @@ def scatter_ids_part(delta, time_major, x_ids, dU, dUT, dUT64, c0, c1):
             _add_rows_at(dUT64[:, c0:c1], delta[:, c0:c1], x_ids)
             copy_rows(dUT[:, c0:c1], dUT64[:, c0:c1])
         transpose_into(dUT[:, c0:c1], dU[c0:c1, 0:L])
-    elif n <= EXACT_SUMS:
-        for i in range(c0, c1):
-            row = delta[i]
-            out = dU[i]
-            for l in range(L):
-                out[l] = 0
-            for tb in range(n):
-                out[x_ids[tb]] += row[tb]
     else:
-        acc = np.empty(L, np.float64)
-        for i in range(c0, c1):
-            row = delta[i]
-            acc[:] = 0
-            for tb in range(n):
-                acc[x_ids[tb]] += row[tb]
-            for l in range(L):
-                dU[i, l] = acc[l]
+        _scatter_feature_major(delta, x_ids, dU, c0, c1)
 
 
 @jit
