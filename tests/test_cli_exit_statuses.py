@@ -109,14 +109,22 @@ def test_usage_errors_exit_2_with_one_line(folder, capsys, monkeypatch):
 
 
 def _unwritable_folder(folder):
-    """A folder this process cannot create files in, or None (root writes anywhere that is
-    not a read-only file system)."""
+    """A folder this process cannot create files in, or None: a folder without write
+    permission, or, for root (which writes anywhere else), Linux's /proc."""
     if os.geteuid() != 0:
         path = folder / "locked"
         path.mkdir(exist_ok=True)
         path.chmod(0o555)
         return path
-    return "/sys" if os.path.isdir("/sys") and not os.access("/sys", os.W_OK) else None
+    return "/proc" if os.path.isdir("/proc/self") else None
+
+
+def _has_matplotlib():
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def failures(folder):
@@ -173,7 +181,15 @@ def failures(folder):
     locked = _unwritable_folder(folder)
     if locked is not None:
         cases.append((["train", "tiny.txt", *SMALL, "--checkpoint", f"{locked}/c.npz"],
-                      f"cannot create a file in {locked}"))
+                      f"cannot create a file in {locked}", PROCESS))
+        cases.append((["bench", "--json", f"{locked}/out.json"],
+                      f"--json {locked}/out.json: cannot create a file in {locked}"))
+        if _has_matplotlib():
+            cases.append((["train", "tiny.txt", *SMALL, "--plot", f"{locked}/loss.png"],
+                          f"--plot {locked}/loss.png: cannot create a file in {locked}"))
+            cases.append((["bench", "--plot", f"{locked}/bench.png"],
+                          f"--plot {locked}/bench.png: cannot create a file in {locked}",
+                          PROCESS))
     return cases
 
 

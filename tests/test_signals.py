@@ -142,6 +142,38 @@ def test_other_commands_exit_on_a_signal_with_one_line(folder, command, signum, 
               f"fastbptt {command[0]}: interrupted by {signum.name}")
 
 
+def test_bench_exits_on_a_signal_with_one_line_and_leaves_no_child(folder):
+    """SIGHUP while `--startup` times a cold start in a child process: status 129, the
+    last line of stderr says so (the lines above it are the bench's progress), and the
+    child is gone."""
+    proc = start(["bench", "--workloads", "W2", "--no-peers", "--startup"], folder)
+    lines, deadline = [], time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        if not line or line.startswith("W2 ("):
+            break
+    assert lines[-1].startswith("W2 ("), lines
+    time.sleep(0.5)                                     # into the cold-start child
+    children = _children(proc.pid)
+    proc.send_signal(signal.SIGHUP)
+    outcome = finish(proc)
+    assert outcome.status == 129, outcome
+    assert outcome.err.strip().splitlines()[-1] == "fastbptt bench: interrupted by SIGHUP"
+    assert "Traceback" not in outcome.out + outcome.err, outcome
+    time.sleep(0.5)
+    assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")], children
+
+
+def _children(pid):
+    """The pids of pid's child processes (Linux), or [] where /proc does not tell."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
 def test_a_signal_during_an_in_process_save_is_held_until_it_is_written(folder, tmp_path,
                                                                          monkeypatch):
     """Deterministic: SIGINT and SIGTERM arrive while np.savez writes the final
