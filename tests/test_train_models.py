@@ -106,9 +106,9 @@ def test_the_command_trains_resumes_and_samples_a_stack_of_lstm_layers(corpus, t
     assert capsys.readouterr().out.startswith("def")
 
 
-def test_the_default_model_is_two_gru_layers(corpus, tmp_path, capsys):
+def test_the_default_model_is_one_gru_layer(corpus, tmp_path, capsys):
     assert main(args(corpus, tmp_path / "d.npz", "--steps", "1")) == 0
-    assert "model: 2 GRU layers of hidden size 10, float32;" in capsys.readouterr().out
+    assert "model: 1 GRU layer of hidden size 10, float32;" in capsys.readouterr().out
 
 
 def test_a_gated_cell_takes_no_activation(corpus, tmp_path, capsys):
