@@ -34,7 +34,8 @@ from ._kernels.matvec import pack_panels, pad_weights, padded, passes
 from ._kernels.narrow import (NARROW, PANELS, backward_narrow, backward_narrow_whole,
                               forward_narrow, narrow_h0_grads, narrow_weight_grads,
                               to_feature_major)
-from ._threads import ensure_default_threads, one_blas_thread, run_slices, threads_in_use
+from ._threads import (can_slice, ensure_default_threads, one_blas_thread, run_slices,
+                       threads_in_use)
 from ._workspace import workspace
 from .params import Layer
 
@@ -61,10 +62,11 @@ def _narrow(problem):
     if problem.narrow is None:
         B, threads = problem.B, threads_in_use()
         W = problem.model.layers[0][0].W
+        sliced = threads > 1 and can_slice()
         problem.narrow = B < NARROW or B <= NARROW_MOST and (
-            B >= PANELS * threads
+            (threads == 1 or sliced) and B >= PANELS * threads
             or threads == 1 and passes.py_func(B) * W.nbytes <= NARROW_BYTES)
-        problem.slices = batch_slices(B) if problem.narrow and threads > 1 else (0, B)
+        problem.slices = batch_slices(B) if problem.narrow and sliced else (0, B)
     return problem.narrow
 
 

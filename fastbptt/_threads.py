@@ -3,7 +3,7 @@
 The kernels' parallel work is in their matrix products, which run in the BLAS that
 the kernels call: SciPy's OpenBLAS (a library separate from NumPy's), and, for narrow
 batches of 8 sequences a thread or more, in slices of the batch that run at once on
-threads of this module's pool (`run_slices`), while the BLAS runs on one thread
+threads of this module's pool (`run_slices`), each slice's products on one BLAS thread
 (`one_blas_thread`). `set_num_threads` sets that library's thread count (and Numba's),
 leaving NumPy's own BLAS alone.
 
@@ -90,8 +90,6 @@ def get_num_threads():
     reported is the one calls will use, not the library's count before the default.
     """
     ensure_default_threads()
-    if _single[0]:                  # a call keeps the BLAS on one thread for a while
-        return _in_use[0]
     return _library_threads()
 
 
@@ -107,13 +105,12 @@ def blas_info():
 
 
 _pool = []
-_single = [0, threading.Lock()]     # calls inside `one_blas_thread`; its lock
 
 
 def run_slices(fn, bounds, *args):
     """fn(*args, bounds[i], bounds[i + 1]) for every slice, the first in this thread and
-    the others at the same time in a pool's threads (kernels release the GIL); returns
-    when all are done, raising the first error."""
+    the others at the same time in a pool's threads (kernels release the GIL; callers
+    hold `one_blas_thread`); returns when all are done, raising the first error."""
     if len(bounds) == 2:
         fn(*args, bounds[0], bounds[1])
         return
@@ -130,40 +127,54 @@ def run_slices(fn, bounds, *args):
             future.result()
 
 
-class _OneBlasThread:
-    """The context of `one_blas_thread`."""
+_local = []
+
+
+def _local_threads():
+    """OpenBLAS's ``openblas_set_num_threads_local(n)`` (0.3.27 and later; returns the
+    count before) in the library the kernels call, or None. The count that
+    `set_num_threads` sets is ignored when set from threads other than the one that set
+    it up; this one is obeyed from any thread."""
+    if not _local:
+        setter = None
+        lib = _scipy_blas()
+        if lib is not None and lib.internal_api == "openblas":
+            import ctypes
+            try:
+                setter = ctypes.CDLL(lib.filepath).openblas_set_num_threads_local
+                setter.argtypes, setter.restype = [ctypes.c_int], ctypes.c_int
+            except (OSError, AttributeError):
+                setter = None
+        _local.append(setter)
+    return _local[0]
+
+
+def can_slice():
+    """Whether a call can run slices of its batch at once: only where its own thread and
+    the slices' threads can run their products on one BLAS thread (`one_blas_thread`)."""
+    return _local_threads() is not None
+
+
+_inside = [0, None, threading.Lock()]   # calls inside `one_blas_thread`, the count before
+
+
+class one_blas_thread:
+    """A context in which products run on one BLAS thread: a call that runs its own
+    slices at once (`run_slices`) keeps OpenBLAS's worker threads, which spin on a core
+    for a while after each product, off the cores those slices need (W5 on two threads:
+    38 ms a call with them spinning, 26 ms without), and computes the same bits from
+    whichever thread it is made. The count it sets holds for every thread of the
+    process (OpenBLAS keeps one), so contexts entered by several threads at once share
+    it: the first sets it, the last restores it. Needs `can_slice`."""
 
     def __enter__(self):
-        lib = _scipy_blas_cached()
-        with _single[1]:
-            _single[0] += 1
-            if _single[0] == 1 and lib is not None:
-                lib.set_num_threads(1)
+        with _inside[2]:
+            if _inside[0] == 0:
+                _inside[1] = _local_threads()(1)
+            _inside[0] += 1
 
     def __exit__(self, *exc):
-        lib = _scipy_blas_cached()
-        with _single[1]:
-            _single[0] -= 1
-            if _single[0] == 0 and lib is not None:
-                lib.set_num_threads(_in_use[0])
-
-
-_ONE_BLAS_THREAD = _OneBlasThread()
-
-
-def one_blas_thread():
-    """A context in which, while any call is inside it, the BLAS runs on one thread:
-    calls that run their own slices at once (`run_slices`) keep OpenBLAS's worker
-    threads, which spin on a core for a while after each product, off the cores those
-    slices need (W5 on two threads: 38 ms a call with them spinning, 26 ms without)."""
-    return _ONE_BLAS_THREAD
-
-
-_cached = []
-
-
-def _scipy_blas_cached():
-    if not _cached:
-        _cached.append(_scipy_blas())
-    return _cached[0]
-
+        with _inside[2]:
+            _inside[0] -= 1
+            if _inside[0] == 0:
+                _local_threads()(_inside[1])

@@ -11,7 +11,7 @@ def problems(n):
     rng = np.random.default_rng(11)
     out = []
     for i in range(n):
-        B = (1, 3, 8)[i % 3]
+        B = (1, 3, 8, 16)[i % 4]
         params = fastbptt.init_params(7, 33, 5, dtype=(np.float32, np.float64)[i % 2], seed=i)
         x, y = rng.integers(0, 7, size=(B, 40)), rng.integers(-1, 5, size=(B, 40))
         out.append((x, y, params, dict(truncate=(None, 6)[i % 2], stride=1)))
@@ -177,3 +177,21 @@ def test_slices_on_two_threads_give_the_one_thread_results(cell, layers, bidirec
         fastbptt.params.leaves(two[2].grads).values())]
     for name, a, b in pairs:
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_without_a_per_thread_blas_count_batches_are_not_cut(monkeypatch):
+    """Where the BLAS cannot run one thread's products on one thread alone, two threads
+    take BLAS products per step, as before slices."""
+    from fastbptt import _stack
+    from fastbptt._inputs import prepare
+
+    if fastbptt._threads.MAX_THREADS < 2:
+        pytest.skip("needs two CPUs")
+    params = fastbptt.init_params(3, 128, 2, seed=0)
+    monkeypatch.setattr(_stack, "can_slice", lambda: False)
+    fastbptt.set_num_threads(2)
+    try:
+        problem = prepare(np.zeros((32, 5), np.int64), np.zeros((32, 5), np.int64), params)
+        assert _stack._narrow(problem) is False and problem.slices == (0, 32)
+    finally:
+        fastbptt.set_num_threads(1)
