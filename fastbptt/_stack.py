@@ -180,7 +180,7 @@ class Forward:
 
     __slots__ = ("problem", "plan", "dirs", "h_final", "c_final", "idx", "store", "H",
                  "tag", "hid", "no_bh", "no_c_final", "X", "no_dh0", "no_dc", "dUT",
-                 "parallel", "_buffers", "_views")
+                 "_buffers", "_views")
 
     def __init__(self, problem, plan, store):
         self.problem, self.plan = problem, plan
@@ -190,8 +190,12 @@ class Forward:
         self.dirs = []           # fresh ones for a backward pass that outlives the call
         self.H = problem.sizes[1]
         self._buffers = None
-        self.parallel = False
         self._views = {}
+
+    @property
+    def parallel(self):
+        """Whether this call's batch runs in slices on several threads (`split`)."""
+        return split(self.problem)
 
     def scratch(self, name, shape, dtype):
         """A workspace array, remembered by name for the calls that reuse this Forward
@@ -302,7 +306,6 @@ class Forward:
         directions, B, H), None when neither h0 nor c0 was given (dc0 None for other
         cells than the LSTM); dx (B, T, L) or None).
         """
-        self.parallel = split(self.problem)
         if self.parallel:
             with one_blas_thread():
                 return self._backward(dh_final, dc_final, need_dx)

@@ -3,8 +3,8 @@
 The kernels' parallel work is in their matrix products, which run in the BLAS that
 the kernels call: SciPy's OpenBLAS (a library separate from NumPy's), and, for narrow
 batches of 8 sequences a thread or more, in slices of the batch that run at once on
-threads of this module's pool (`run_slices`), each slice's products on one BLAS thread
-(`one_blas_thread`). `set_num_threads` sets that library's thread count (and Numba's),
+threads of this module's pool (`run_slices`), while the call's products run on one BLAS
+thread (`one_blas_thread`). `set_num_threads` sets that library's thread count (and Numba's),
 leaving NumPy's own BLAS alone.
 
 The default is one thread, set on the first call (or the first `get_num_threads`) unless
