@@ -30,7 +30,7 @@ from ._kernels.forward import forward
 from ._kernels.inputs import (gather_inputs, gather_inputs_part, input_grads,
                               input_weight_grads, project_inputs, scatter_ids,
                               scatter_ids_part)
-from ._kernels.matvec import pack_panels, pad_weights, padded, passes
+from ._kernels.matvec import pack_panels, pad_weights, padded, paneled, passes
 from ._kernels.narrow import (NARROW, PANELS, backward_narrow, backward_narrow_whole,
                               forward_narrow, narrow_h0_grads, narrow_weight_grads,
                               to_feature_major)
@@ -367,16 +367,17 @@ class Forward:
         if plan.back_tm:
             none = self.no_dh0
             h0s = (dh0[s] if starts else none, dc0[s] if starts and dc0 is not None else none)
+            Wp = direction.Wp if direction.Wc is None else None      # one of the two
             if self.parallel:
-                run_slices(backward_narrow, p.slices, self.tag, S, Z, E, C, direction.Wp,
+                run_slices(backward_narrow, p.slices, self.tag, S, Z, E, C, Wp,
                            direction.Wc, layer.W, p.activation, plan.chunk, p.lengths, dcf,
                            buf, dZ, dZh, self.X)
                 run_slices(narrow_weight_grads, row_slices(GH, True), S, dZ, dZh, dW, db, dbh)
                 narrow_h0_grads(self.tag, layer.W, dZh, self.X, *h0s)
             else:
-                backward_narrow_whole(self.tag, S, Z, E, C, direction.Wp, direction.Wc,
-                                      layer.W, p.activation, plan.chunk, p.lengths, dcf, buf,
-                                      dZ, dZh, self.X, dW, db, dbh, *h0s)
+                backward_narrow_whole(self.tag, S, Z, E, C, Wp, direction.Wc, layer.W,
+                                      p.activation, plan.chunk, p.lengths, dcf, buf, dZ, dZh,
+                                      self.X, dW, db, dbh, *h0s)
         else:
             if starts:
                 dh0_t, dc0_t = self.scratch("dh0", (H, B), dtype), \
@@ -581,8 +582,10 @@ def _forward_for(p, plan, store):
             # W^T and W walked in column panels (`matvec.panels_axpy`; `narrow.PANELS`)
             panels = plan.narrow and (B >= PANELS or B >= NARROW and GH > H)
             # (None, not an empty array: the kernels then compile without the panels' code)
-            direction.WTc = store.get(f"WTc{name}", (H * NG,), dtype) if panels else None
-            direction.Wc = store.get(f"Wc{name}", (GH * N,), dtype) if panels else None
+            direction.WTc = store.get(f"WTc{name}", (H * paneled(NG, dtype),), dtype) \
+                if panels else None
+            direction.Wc = store.get(f"Wc{name}", (GH * paneled(N, dtype),), dtype) \
+                if panels else None
             by_rows = plan.narrow and (T * B >= 16 * p.sizes[0] or   # see `gather_inputs`
                                        p.sizes[0] * dtype.itemsize >= 1024)
             direction.UT = store.get(f"UT{name}", (p.sizes[0], GH) if by_rows else (0, 0),
@@ -673,7 +676,8 @@ def _run_forward(problem, store, parallel):
                     pack_panels(layer.W, WTc, direction.WTp.shape[1], direction.Wc,
                                 direction.Wp.shape[1])
                 c0 = p.c0[s] if p.c0 is not None else p.h0[s]
-                run_slices(forward_narrow, p.slices, fw.tag, direction.WTp, WTc, p.activation,
+                WTp = direction.WTp if WTc is None else None
+                run_slices(forward_narrow, p.slices, fw.tag, WTp, WTc, p.activation,
                            p.lengths, p.h0[s], c0, gates, states, direction.kept, cells,
                            fw.hid, bh, h_final[s], c_final[s])
             else:

@@ -6,9 +6,10 @@
   sizes that need several blocks and padding through the narrow forward and backward
   paths.
 - `panels_axpy` on `panel_columns`' panels, the step of narrow batches of 4 sequences
-  or more: per panel `rows_axpy` below 8 sequences, and a blocked product (KC rows at a
-  time for every group of sequences) from 8 on; panels of 4 registers, the last one 3,
-  2 or 1, and K beyond and below KC.
+  or more: a blocked product (KC rows at a time for every group of 4 sequences), the
+  last 1 to 3 sequences and a narrower last panel (3, 2 or 1 registers of output)
+  through copies, K beyond and below KC; every sequence's outputs the same bits whatever
+  group it falls in.
 - `transpose_into`, whose full tiles go through registers.
 - `all_finite` and `id_range`, which validation runs before falling back to NumPy.
 """
@@ -19,8 +20,8 @@ import fastbptt
 from fastbptt import reference
 from fastbptt._kernels.blas import transpose_into
 from fastbptt._kernels.checks import all_finite, id_range
-from fastbptt._kernels.matvec import (KC, PANEL_BYTES, VECTOR_BYTES, padded, panel_columns,
-                                     panels_axpy, rows_axpy)
+from fastbptt._kernels.matvec import (KC, PANEL_BYTES, VECTOR_BYTES, padded, paneled,
+                                     panel_columns, panels_axpy, rows_axpy)
 from conftest import assert_agree, make_problem
 
 DTYPES = [np.float32, np.float64]
@@ -105,31 +106,37 @@ def test_rows_axpy_refuses_strided_rows():
 def test_panel_columns_cuts_and_pads(rng, dtype):
     pw = PANEL_BYTES // np.dtype(dtype).itemsize
     K, n, N = 5, 2 * pw + 3, padded(2 * pw + 3, dtype)
+    P = paneled(N, dtype)
+    assert P == 3 * pw
     R = rng.standard_normal((K, n)).astype(dtype)
-    Rc = np.full(K * N, np.nan, dtype)
+    Rc = np.full(K * P, np.nan, dtype)
     panel_columns(R, Rc, N)
-    full = np.zeros((K, N), dtype)
+    full = np.zeros((K, P), dtype)
     full[:, :n] = R
-    for c0 in range(0, N, pw):
-        w = min(pw, N - c0)
-        np.testing.assert_array_equal(Rc[c0 * K:(c0 + w) * K].reshape(K, w), full[:, c0:c0 + w])
+    for c0 in range(0, P, pw):
+        np.testing.assert_array_equal(Rc[c0 * K:(c0 + pw) * K].reshape(K, pw),
+                                      full[:, c0:c0 + pw])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("S", [4, 5, 7, 8, 9, 10, 11, 12, 13, 32])
+@pytest.mark.parametrize("S", [1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13, 32])
 def test_panels_axpy_matches_numpy(rng, dtype, S):
     lanes = VECTOR_BYTES // np.dtype(dtype).itemsize
     for vectors in (1, 2, 3, 4, 5, 7, 8, 11):
         N = vectors * lanes
         for K in (1, 3, KC - 1, KC, KC + 1, 2 * KC + 5):
             R = rng.standard_normal((K, N)).astype(dtype)
-            Rc = np.empty(K * N, dtype)
+            Rc = np.empty(K * paneled(N, dtype), dtype)
             panel_columns(R, Rc, N)
             x = rng.standard_normal((S, K + 2)).astype(dtype)[:, :K]
             out_all = rng.standard_normal((S, N + 3)).astype(dtype)
             out, before = out_all[:, :N], out_all.copy()
             expected = out.astype(np.float64) + x.astype(np.float64) @ R.astype(np.float64)
-            panels_axpy(Rc, K, x, out, S % 2 == 1)
+            alone = [before[s:s + 1, :N].copy() for s in range(S)]
+            panels_axpy(Rc, K, x, out)
+            for s in range(S):          # one sequence alone: the same bits as in the batch
+                panels_axpy(Rc, K, x[s:s + 1], alone[s])
+                np.testing.assert_array_equal(alone[s][0], out[s])
             scale = np.abs(R).sum(axis=0).max() * np.abs(x).max() + 1
             tol = 1e-6 if dtype == np.float32 else 1e-14
             np.testing.assert_allclose(out, expected, rtol=0, atol=tol * scale,
@@ -140,11 +147,11 @@ def test_panels_axpy_matches_numpy(rng, dtype, S):
 @pytest.mark.parametrize("bad", ["panels", "x", "out"])
 def test_panels_axpy_refuses_shapes_it_would_overrun(bad):
     K, N, S = 4, 16, 8
-    Rc = np.zeros(K * N - (bad == "panels"), np.float32)
+    Rc = np.zeros(K * paneled(N, np.float32) - (bad == "panels"), np.float32)
     x = np.zeros((S, K + (bad == "x")), np.float32)
     out = np.zeros((S - (bad == "out"), N), np.float32)
     with pytest.raises(ValueError, match="panels_axpy"):
-        panels_axpy(Rc, K, x, out, False)
+        panels_axpy(Rc, K, x, out)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -27,7 +27,7 @@ import numpy as np
 from ._jit import jit
 from .blas import transpose_into
 from .copies import copy_row
-from .simd import VECTOR_BYTES, axpy_4x4, axpy_block, lanes
+from .simd import VECTOR_BYTES, axpy_block, lanes, panel_block
 
 BLOCK = 16          # most registers per block (`simd.axpy_block`)
 # Panels (`panel_columns`, `panels_axpy`): column panels of 4 registers, 256-byte rows, so
@@ -124,17 +124,22 @@ def rows_axpy(R, x, out, reverse):
         reverse = not reverse
 
 
+def paneled(n, dtype):
+    """n rounded up to whole panels of ``dtype`` (`PANEL_BYTES`): the columns of R that
+    `panel_columns` stores, so that `panel_columns` needs K paneled(N) entries."""
+    pw = PANEL_BYTES // np.dtype(dtype).itemsize
+    return -(-n // pw) * pw
+
+
 @jit(inline="always")
 def panel_columns(R, Rc, N):
-    """Rc (K N,) <- R (K, n <= N) zero-padded to N columns, as column panels of
-    PANEL_BYTES-byte rows (the last may be narrower), each a contiguous (K, width) block,
-    one after the other."""
+    """Rc (K P,) <- R (K, n <= N) zero-padded to P = `paneled`(N) columns, as column panels
+    of PANEL_BYTES-byte rows, each a contiguous (K, width) block, one after the other."""
     K, n = R.shape
     pw = PANEL_BYTES // R.itemsize
     for c0 in range(0, N, pw):
-        w = min(pw, N - c0)
-        real = max(0, min(w, n - c0))
-        panel = Rc[c0 * K:(c0 + w) * K].reshape(K, w)
+        real = max(0, min(pw, n - c0))
+        panel = Rc[c0 * K:(c0 + pw) * K].reshape(K, pw)
         for j in range(K):
             copy_row(panel[j, :real], R[j, c0:c0 + real])
             panel[j, real:] = 0
@@ -147,9 +152,8 @@ def panel_transpose(W, Rc, N):
     n, K = W.shape
     pw = PANEL_BYTES // W.itemsize
     for c0 in range(0, N, pw):
-        w = min(pw, N - c0)
-        real = max(0, min(w, n - c0))
-        panel = Rc[c0 * K:(c0 + w) * K].reshape(K, w)
+        real = max(0, min(pw, n - c0))
+        panel = Rc[c0 * K:(c0 + pw) * K].reshape(K, pw)
         transpose_into(W[c0:c0 + real, 0:K], panel[:, 0:real])   # (A, A): as elsewhere
         for j in range(K):
             panel[j, real:] = 0
@@ -164,43 +168,42 @@ def pack_panels(W, WTc, NG, Wc, N):
 
 
 @jit
-def panels_axpy(Rc, K, x, out, reverse):
+def panels_axpy(Rc, K, x, out):
     """out[s] += R^T x[s] for every sequence s, R (K, N) given as `panel_columns` Rc and
     N = out.shape[1] (a whole number of vector registers).
 
-    Eight sequences or more go as a small matrix product: per panel, KC rows at a time
-    (in L1), every group of 4 sequences adds those rows' terms to its 4 x 4 registers,
-    so each row is read from L2 once a step rather than once a group (LSTM at H = 256,
-    32 sequences, 100 steps: 6.9 ms forward and 6.8 ms backward, against 10.4 and
-    10.7 ms for `rows_axpy` on the whole rows). Rows are added in order, j = 0 ... K-1,
-    into every output. The last 1 to 3 sequences, the last panel when it is narrower,
-    and batches of fewer than 8 sequences walk each panel with `rows_axpy`, which
-    alternates direction from ``reverse``. (One register block, so that the calls that
-    never take this path compile little for it.)
+    A small matrix product: per panel, KC rows at a time (in L1), every group of 4
+    sequences adds those rows' terms to its 4 x 4 registers, so each row is read from L2
+    once a step rather than once a group (LSTM at H = 256, 32 sequences, 100 steps:
+    6.9 ms forward and 6.8 ms backward, against 10.4 and 10.7 ms for `rows_axpy` on the
+    whole rows). The last 2 or 1 sequences go in smaller groups, and a last panel
+    narrower than the others in narrower blocks (`simd.panel_block`); every output adds
+    the rows in one order, j = 0 ... K-1, so a sequence's outputs are the same bits
+    whatever group or slice of the batch it falls in.
     """
     S, N = out.shape
     size = Rc.itemsize
     pw = PANEL_BYTES // size
-    if x.shape[0] != S or x.shape[1] != K or Rc.shape[0] != K * N or N % lanes(Rc) != 0 \
+    P = -(-N // pw) * pw
+    if x.shape[0] != S or x.shape[1] != K or Rc.shape[0] != K * P or N % lanes(Rc) != 0 \
             or x.strides[1] != size or out.strides[1] != size:
-        raise ValueError("panels_axpy: Rc must hold K N entries, x (S, K), out (S, N), the "
-                         "rows of x and out contiguous")
+        raise ValueError("panels_axpy: Rc must hold K paneled(N) entries, x (S, K), out "
+                         "(S, N), the rows of x and out contiguous")
     if K == 0 or N == 0 or S == 0:
         return
-    blocked = S - S % 4 if S >= 8 else 0
     xstep, ostep = x.strides[0] // size, out.strides[0] // size
     for c0 in range(0, N, pw):
-        w = min(pw, N - c0)
-        panel = Rc[c0 * K:(c0 + w) * K].reshape(K, w)
-        done = blocked if w == pw else 0
+        vectors = min(pw, N - c0) // lanes(Rc)
+        panel = Rc.ctypes.data + c0 * K * size
         for j0 in range(0, K, KC):
-            kc = min(KC, K - j0)
-            for s0 in range(0, done, 4):
-                axpy_4x4(Rc, panel.ctypes.data + j0 * w * size, w,
-                         x.ctypes.data + (s0 * xstep + j0) * size, xstep, 1,
-                         out.ctypes.data + (s0 * ostep + c0) * size, ostep, kc)
-        if done < S:
-            rows_axpy(panel, x[done:], out[done:, c0:c0 + w], reverse)
+            s0 = 0
+            while s0 < S:
+                nseq = 4 if S - s0 >= 4 else (2 if S - s0 >= 2 else 1)
+                panel_block(vectors, nseq, Rc, panel + j0 * pw * size, pw,
+                            x.ctypes.data + (s0 * xstep + j0) * size, xstep,
+                            out.ctypes.data + (s0 * ostep + c0) * size, ostep,
+                            min(KC, K - j0))
+                s0 += nseq
 
 
 @jit(inline="always")

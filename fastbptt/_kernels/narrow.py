@@ -37,7 +37,8 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
     left alone, so that calls for disjoint ranges can run at once); rows past lengths[b]
     are zero, and so are the padding columns.
 
-    cell: a `cells.TAGS` tag. WTp (H, NG): W^T zero-padded to NG >= G H columns. Z
+    cell: a `cells.TAGS` tag. WTp (H, NG): W^T zero-padded to NG >= G H columns, which
+    each step's product walks whole (`rows_axpy`), or None. Z
     (T+1, B, NG): gates, holding the inputs' part in row t + 1 on entry (`inputs`) and
     the cell's activations on return (Z is S for Elman). C (T+1, B, N) receives c0 and
     c_t (LSTM; else (T+1, B, 0)); E (T+1, B, N) what the GRU keeps of each step (else
@@ -45,8 +46,9 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
     (Hid (B, 0) and bh empty for other cells). h0, c0 (B, H); h_final and c_final (B, H)
     receive each sequence's state after its last real step (c_final (B, 0) when not
     needed). WTc: the same W^T cut into column panels (`matvec.panel_columns`), which
-    each step's product walks by `panels_axpy`; None to walk WTp whole (so that
-    `panels_axpy` is not compiled where it is not used).
+    each step's product walks by `panels_axpy`, or None. Exactly one of WTp and WTc is
+    None: Numba drops a branch on ``is not None`` only for an argument that is None, so
+    a call compiles only the product it takes.
     """
     T, N = S.shape[0] - 1, S.shape[2]
     H = h0.shape[1]
@@ -63,16 +65,16 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
     apart = Hid.shape[1] > 0
     GH = bh.shape[0]
     groups = passes(b1 - b0)
-    NG = WTp.shape[1]
+    NG = Z.shape[2]
     for t in range(longest(lengths[b0:b1])):
         if apart:
             for b in range(b0, b1):
                 copy_row(Hid[b, :GH], bh)
                 Hid[b, GH:] = 0
         target = Hid if apart else Z[t + 1]
-        if WTc is not None:
-            panels_axpy(WTc, H, S[t, b0:b1, :H], target[b0:b1, 0:NG], t % 2 == 1)
-        else:
+        if WTc is not None:         # in panels (WTp is None)
+            panels_axpy(WTc, H, S[t, b0:b1, :H], target[b0:b1, 0:NG])
+        if WTp is not None:         # whole rows (WTc is None)
             rows_axpy(WTp, S[t, b0:b1, :H], target[b0:b1, 0:NG], t * groups % 2 == 1)
         for b in range(b0, b1):
             if t < lengths[b]:
@@ -110,14 +112,14 @@ def _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, d
     dZ). The carries into step t are dropped when (t + 1) % chunk == 0 (chunk = T + 1 for
     full BPTT, k for chunks). dcf (B, H): the LSTM's dL/dc_final, added at each
     sequence's last real step (lengths (B,)), or (0, H). Wp (G H, N) is `pad_weights`'s
-    copy of W (unused when `rows_of_W` picks W itself); Wc, W padded to N columns in
-    panels (`matvec.panel_columns`), which the carries then walk, or None. X (B, N)
+    copy of W (unused when `rows_of_W` picks W itself), or None; Wc, W padded to N
+    columns in panels (`matvec.panel_columns`), which the carries then walk, or None
+    (exactly one of the two, as for `forward_narrow`'s WTp and WTc). X (B, N)
     receives the carries into h0 (rows b0 ... b1-1). Padding steps have zero G, so their
     gradients are zero and they add nothing.
     """
     T, B, N = S.shape[0] - 1, S.shape[1], S.shape[2]
     GH, H = W.shape
-    R = rows_of_W(W, Wp)
     if N > H:                       # the padding columns
         for t in range(T):
             dH[t * B + b0:t * B + b1, H:] = 0
@@ -126,10 +128,10 @@ def _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, d
         if t + 1 < T and (t + 1) % chunk != 0:
             x = dZh[(t + 1) * B + b0:(t + 1) * B + b1, :GH]
             out = dH[t * B + b0:t * B + b1, 0:N]
-            if Wc is not None:
-                panels_axpy(Wc, GH, x, out, t % 2 == 1)
-            else:
-                rows_axpy(R, x, out, done % 2 == 1)
+            if Wc is not None:      # in panels (Wp is None)
+                panels_axpy(Wc, GH, x, out)
+            if Wp is not None:      # whole rows (Wc is None)
+                rows_axpy(rows_of_W(W, Wp), x, out, done % 2 == 1)
             done += groups
         else:
             X[b0:b1] = 0

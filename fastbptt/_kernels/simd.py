@@ -6,7 +6,8 @@ splits a 64-byte vector on narrower machines) and cache like the other kernels.
 
 - `axpy_block`: out_s[:w] += sum_j x_s[j] R[j, :w] for one, two or four sequences s,
   with the outputs held in registers and each row of R loaded once: the step of
-  `matvec.rows_axpy`.
+  `matvec.rows_axpy`; `panel_block`, the blocks of `matvec.panels_axpy`, which add
+  every output's rows in order.
 - `transpose_tile`: one square tile of a transpose through registers, for
   `blas.transpose_into`.
 """
@@ -20,7 +21,7 @@ from ._jit import jit
 VECTOR_BYTES = 64           # one AVX-512 register; LLVM splits it on narrower machines
 
 
-def _axpy_block(vectors, nseq):
+def _axpy_block(vectors, nseq, halves=None):
     """An intrinsic: for each of ``nseq`` sequences s,
     out_s[:w] += sum_j x_s[j * incx] * R[j * ldr, :w], w = ``vectors`` registers.
 
@@ -29,9 +30,11 @@ def _axpy_block(vectors, nseq):
     element counts (intp): r (address of R[0, i0]), ldr (row step in elements, negative
     to walk up), x (x_0's address), xstep (elements from x_s to x_{s+1}), incx, out,
     ostep (likewise), K (rows). One sequence with at most 8 registers keeps a second set
-    of sums for odd j, so that enough multiply-adds are in flight.
+    of sums for odd j, so that enough multiply-adds are in flight, unless ``halves`` is 1
+    (then every output adds the rows in order, j = 0 ... K-1, as with several sequences).
     """
-    halves = 2 if nseq == 1 and vectors <= 8 else 1
+    if halves is None:
+        halves = 2 if nseq == 1 and vectors <= 8 else 1
 
     @intrinsic
     def axpy_block(typingctx, like, r, ldr, x, xstep, incx, out, ostep, K):
@@ -107,7 +110,8 @@ def _axpy_block(vectors, nseq):
 _a16_1, _a8_1, _a4_1, _a2_1, _a1_1 = (_axpy_block(v, 1) for v in (16, 8, 4, 2, 1))
 _a8_2, _a4_2, _a2_2, _a1_2 = (_axpy_block(v, 2) for v in (8, 4, 2, 1))
 _a4_4, _a2_4, _a1_4 = (_axpy_block(v, 4) for v in (4, 2, 1))
-axpy_4x4 = _a4_4        # 4 registers for each of 4 sequences (`matvec.panels_axpy`)
+# one sequence, rows added in order (`panel_block`)
+_o4_1, _o2_1, _o1_1 = (_axpy_block(v, 1, halves=1) for v in (4, 2, 1))
 
 
 @jit(inline="always")
@@ -140,6 +144,36 @@ def axpy_block(vectors, nseq, like, r, ldr, x, xstep, incx, out, ostep, K):
         _a2_1(like, r, ldr, x, xstep, incx, out, ostep, K)
     else:
         _a1_1(like, r, ldr, x, xstep, incx, out, ostep, K)
+
+
+@jit(inline="always")
+def panel_block(vectors, nseq, like, r, ldr, x, xstep, out, ostep, K):
+    """`_axpy_block` for ``nseq`` in (1, 2, 4) sequences and ``vectors`` in (1, 2, 3, 4)
+    registers (3 as 2 + 1), x's entries contiguous, every output adding the rows in order
+    (`matvec.panels_axpy`)."""
+    if vectors == 4:
+        if nseq == 4:
+            _a4_4(like, r, ldr, x, xstep, 1, out, ostep, K)
+        elif nseq == 2:
+            _a4_2(like, r, ldr, x, xstep, 1, out, ostep, K)
+        else:
+            _o4_1(like, r, ldr, x, xstep, 1, out, ostep, K)
+        return
+    if vectors & 2:
+        if nseq == 4:
+            _a2_4(like, r, ldr, x, xstep, 1, out, ostep, K)
+        elif nseq == 2:
+            _a2_2(like, r, ldr, x, xstep, 1, out, ostep, K)
+        else:
+            _o2_1(like, r, ldr, x, xstep, 1, out, ostep, K)
+    if vectors & 1:
+        skip = (vectors & 2) * VECTOR_BYTES
+        if nseq == 4:
+            _a1_4(like, r + skip, ldr, x, xstep, 1, out + skip, ostep, K)
+        elif nseq == 2:
+            _a1_2(like, r + skip, ldr, x, xstep, 1, out + skip, ostep, K)
+        else:
+            _o1_1(like, r + skip, ldr, x, xstep, 1, out + skip, ostep, K)
 
 
 @jit(inline="always")
