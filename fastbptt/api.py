@@ -5,7 +5,7 @@ import numpy as np
 
 from ._accept import accept
 from ._inputs import prepare
-from ._kernels.output import output_backward, output_errors
+from ._kernels.output import ERRORS, output_backward_fm, output_backward_tm
 from ._results import BPTTResult, ForwardResult, pack_grads
 from ._stack import bias_or_zeros, run_forward, split, steps
 from ._threads import one_blas_thread
@@ -21,35 +21,24 @@ def _validate(x, y, params, **options):
     return accept(x, y, params, **options) or prepare(x, y, params, **options)
 
 
-_NO_IDS = np.empty(0, np.int64)
-
-
-_NO_Y = {np.dtype(np.float32): np.empty((0, 0), np.float32),
-         np.dtype(np.float64): np.empty((0, 0), np.float64)}
-
-
 def _kernel_targets(problem):
-    """y for the kernels: ids (T B,) or dense (C, T B), the other empty."""
-    if problem.y_ids:      # (also inlined in `_errors`, the hot path of small calls)
-        return problem.y.T.reshape(-1), _NO_Y[problem.dtype]
-    dense = np.ascontiguousarray(problem.y.transpose(2, 1, 0)).reshape(-1, problem.T * problem.B)
-    return _NO_IDS, dense
+    """y for the kernels: ids (T B,) or dense (C, T B), the other None."""
+    if problem.y_ids:
+        return problem.y.T.reshape(-1), None
+    return None, np.ascontiguousarray(problem.y.transpose(2, 1, 0)).reshape(
+        -1, problem.T * problem.B)
 
 
 def _errors(problem, fw):
     """(loss, err (C, T B)) of the output layer over the top layer's states."""
     model = problem.model
     C = problem.sizes[2]
-    if problem.y_ids:
-        y_ids, y_dense = problem.y.T.reshape(-1), _NO_Y[problem.dtype]
-    else:
-        y_ids, y_dense = _kernel_targets(problem)
+    y_ids, y_dense = _kernel_targets(problem)
     n = problem.T * problem.B
     err = fw.scratch("err", (C, n), problem.dtype)
-    total = output_errors(fw.top(), fw.plan.narrow, model.V,
-                          bias_or_zeros(model.c, C, problem.dtype), problem.loss, y_ids,
-                          y_dense, problem.y_ids, problem.lengths, err,
-                          fw.scratch("sums", (6, n), np.float64))
+    total = ERRORS[problem.loss](fw.top(), fw.plan.narrow, model.V,
+                                 bias_or_zeros(model.c, C, problem.dtype), y_ids, y_dense,
+                                 problem.lengths, err, fw.scratch("sums", (6, n), np.float64))
     return float(total), err
 
 
@@ -65,12 +54,14 @@ def _head_backward(problem, fw, err):
         states = fw.top() if fw.plan.narrow == tm else steps(fw.backward_arrays(top[0])[0],
                                                              tm, H)
         G = fw.gradient_buffers()[0]
-        output_backward(err, states, tm, model.V, G[:, :H] if tm else G, dV, dc)
+        (output_backward_tm if tm else output_backward_fm)(err, states, model.V,
+                                                           G[:, :H] if tm else G, dV, dc)
     else:
         width = H * len(top)
         G = workspace.get("G", (problem.T * problem.B, width) if tm else
                           (width, problem.T * problem.B), dtype)
-        output_backward(err, fw.top(), tm, model.V, G, dV, dc)
+        (output_backward_tm if tm else output_backward_fm)(err, fw.top(), model.V, G, dV,
+                                                           dc)
         fw.inject(G)
     return dV, dc
 

@@ -280,8 +280,9 @@ def no_kernels(monkeypatch):
                  "to_feature_major", "pad_weights", "gather_inputs", "gather_inputs_part",
                  "project_inputs"):
         monkeypatch.setattr(_stack, name, tripwire)
-    for name in ("output_errors", "output_backward"):
+    for name in ("output_backward_tm", "output_backward_fm"):
         monkeypatch.setattr(api, name, tripwire)
+    monkeypatch.setattr(api, "ERRORS", {kind: tripwire for kind in api.ERRORS})
 
 
 @pytest.mark.parametrize(

@@ -27,57 +27,84 @@ def _exp_shifted_sum(row, shift, sums):
             sums[j] += row[j]
 
 
+@jit(inline="always")
+def _logits(states, time_major, V, c, y_ids, lengths, err, valid):
+    """err <- V h_t + c for every step; valid <- 1 where a step has a loss (before its
+    sequence's end, and an id other than -1), else 0."""
+    C, n = err.shape
+    B = lengths.shape[0]
+    gemm(V, states, err, 1.0, 0.0, False, time_major, scratch(err))
+    for t in range(n // B):
+        for b in range(B):
+            valid[t * B + b] = 1.0 if t < lengths[b] else 0.0
+    if y_ids is not None:
+        for j in range(n):
+            if y_ids[j] < 0:
+                valid[j] = 0.0
+    for i in range(C):
+        row, ci = err[i], c[i]
+        for j in range(n):
+            row[j] += ci
+
+
+# The two losses are two kernels, and the targets' two kinds come as y_ids or y_dense,
+# the other None: Numba drops the branches of a None argument, so that a first call
+# compiles only its own loss and kind of target (the output kernels took 1.9 s of a
+# first call with every branch compiled, 1.3 s without).
+
 @jit
-def output_errors(states, time_major, V, c, loss_kind, y_ids, y_dense, ids, lengths, err,
-                  cols):
+def mse_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, cols):
+    """`softmax_ce_errors` for the squared error."""
+    C, n = err.shape
+    valid = cols[0]
+    _logits(states, time_major, V, c, y_ids, lengths, err, valid)
+    total = 0.0
+    for i in range(C):
+        row = err[i]
+        if y_ids is not None:
+            for j in range(n):
+                e = (row[j] - (1.0 if y_ids[j] == i else 0.0)) * valid[j]
+                row[j] = e
+                total += 0.5 * e * e
+        if y_dense is not None:
+            y = y_dense[i]
+            for j in range(n):
+                e = (row[j] - y[j]) * valid[j]
+                row[j] = e
+                total += 0.5 * e * e
+    return total
+
+
+@jit
+def softmax_ce_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, cols):
     """Return the summed loss (float64) and write e = dL/do into err (C, T B).
 
     states holds h_1 ... h_T of every sequence, step t of sequence b at index t B + b:
     feature-major (H, T B), or (T B, H) when ``time_major`` (narrow batches).
-    V (C, H); c (C,) (zeros for no bias). Targets are
-    y_ids (T B,) with -1 = no loss, or y_dense (C, T B); ``ids`` says which. Columns at
-    padding steps (t >= lengths[b]) and with id -1 get zero error and no loss.
-    cols (6, T B) float64 is scratch for per-column values.
+    V (C, H); c (C,) (zeros for no bias). Targets are y_ids (T B,) with -1 = no loss, or
+    y_dense (C, T B); the other is None. Columns at padding steps (t >= lengths[b]) and
+    with id -1 get zero error and no loss. cols (6, T B) float64 is scratch for
+    per-column values. The log-sum-exp of each column is shifted by its largest logit.
     """
     C, n = err.shape
-    B = lengths.shape[0]
-    T = n // B
-    gemm(V, states, err, 1.0, 0.0, False, time_major, scratch(err))
     valid, top, total_w, picked, s, log_z = cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]
-    for t in range(T):
-        for b in range(B):
-            ok = t < lengths[b] and (not ids or y_ids[t * B + b] >= 0)
-            valid[t * B + b] = 1.0 if ok else 0.0
-    total = 0.0
-    if loss_kind == MSE:
-        for i in range(C):
-            row, ci = err[i], c[i]
-            for j in range(n):
-                row[j] += ci
-                target = (1.0 if y_ids[j] == i else 0.0) if ids else y_dense[i, j]
-                e = (row[j] - target) * valid[j]
-                row[j] = e
-                total += 0.5 * e * e
-        return total
-    # softmax_ce with a stable log-sum-exp per column; the bias is added on the way
-    row, ci = err[0], c[0]
+    _logits(states, time_major, V, c, y_ids, lengths, err, valid)
+    row = err[0]
     for j in range(n):
-        row[j] += ci
         top[j] = row[j]
         picked[j] = 0.0      # ids: the target's logit; dense: sum_i y_i o_i
         total_w[j] = 0.0     # dense: sum_i y_i
         s[j] = 0.0
     for i in range(1, C):
-        row, ci = err[i], c[i]
+        row = err[i]
         for j in range(n):
-            row[j] += ci
             if row[j] > top[j]:
                 top[j] = row[j]
-    if ids:
+    if y_ids is not None:
         for j in range(n):
             if valid[j] > 0:
                 picked[j] = err[y_ids[j], j]
-    else:
+    if y_dense is not None:
         for i in range(C):
             row, y = err[i], y_dense[i]
             for j in range(n):
@@ -87,7 +114,8 @@ def output_errors(states, time_major, V, c, loss_kind, y_ids, y_dense, ids, leng
         _exp_shifted_sum(err[i], top, s)
     for j in range(n):
         log_z[j] = top[j] + np.log(s[j])
-    if ids:
+    total = 0.0
+    if y_ids is not None:
         for j in range(n):
             total += valid[j] * (log_z[j] - picked[j])
             s[j] = valid[j] / s[j]
@@ -98,7 +126,7 @@ def output_errors(states, time_major, V, c, loss_kind, y_ids, y_dense, ids, leng
         for j in range(n):
             if valid[j] > 0:
                 err[y_ids[j], j] -= 1.0
-    else:
+    if y_dense is not None:
         for j in range(n):
             total += valid[j] * (total_w[j] * log_z[j] - picked[j])
             s[j] = valid[j] * total_w[j] / s[j]
@@ -109,19 +137,24 @@ def output_errors(states, time_major, V, c, loss_kind, y_ids, y_dense, ids, leng
     return total
 
 
-@jit
-def output_backward(err, states, time_major, V, G, dV, dc):
-    """From e = dL/do (C, T B): G_t = V^T e_t for every step into G, dV = sum_t e_t h_t^T
-    and dc = sum_t e_t.
+ERRORS = {SOFTMAX_CE: softmax_ce_errors, MSE: mse_errors}
 
-    states and G are (H, T B) feature-major, or (T B, H) when ``time_major`` (the layout
-    of the layer's backward pass, which receives G).
-    """
+
+@jit
+def output_backward_tm(err, states, V, G, dV, dc):
+    """From e = dL/do (C, T B): G_t = V^T e_t for every step into G, dV = sum_t e_t h_t^T
+    and dc = sum_t e_t; states and G time-major, (T B, H) (the layout of a narrow
+    backward pass, which receives G)."""
     blas = scratch(err)
-    if time_major:
-        gemm(err, V, G, 1.0, 0.0, True, False, blas)
-        gemm(err, states, dV, 1.0, 0.0, False, False, blas)
-    else:
-        gemm(V, err, G, 1.0, 0.0, True, False, blas)
-        gemm(err, states, dV, 1.0, 0.0, False, True, blas)
+    gemm(err, V, G, 1.0, 0.0, True, False, blas)
+    gemm(err, states, dV, 1.0, 0.0, False, False, blas)
+    row_sums(err, dc)
+
+
+@jit
+def output_backward_fm(err, states, V, G, dV, dc):
+    """`output_backward_tm` with states and G feature-major, (H, T B)."""
+    blas = scratch(err)
+    gemm(V, err, G, 1.0, 0.0, True, False, blas)
+    gemm(err, states, dV, 1.0, 0.0, False, True, blas)
     row_sums(err, dc)
