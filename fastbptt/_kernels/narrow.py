@@ -198,7 +198,7 @@ def backward_narrow_whole(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf,
     _h0_grads(cell, W, dZh, X, dh0, dc0)
 
 
-@jit(inline="always")
+@jit
 def _column_sums(d, out, r0, r1):
     """out[r0:r1] <- the sum over rows of d's columns r0 ... r1-1, in float64 beyond
     `inputs.EXACT_SUMS` rows. (Slices, not indices from r0: loops over slices vectorize,
