@@ -3,8 +3,9 @@
 The drivers (`..forward`, `..narrow`, `..backward`) own the time loops, the products with
 W, truncation and padding; at each step they call the hooks below with a cell tag as the
 first argument. A tag is an empty array whose dtype names the cell (`TAGS`): Numba then
-compiles a driver once per cell, with that cell's hooks inlined, and only for the cells a
-program uses; and the tag costs nothing at call time.
+compiles a driver once per cell, with that cell's hooks (inlined for Elman, called for the
+gated cells: `_step_hook`), and only for the cells a program uses; and the tag costs
+nothing at call time.
 
 Hooks (every cell module defines each). Feature-major ones take whole C-contiguous
 (rows, columns) matrices and the columns to work on, so that every row segment they
@@ -31,6 +32,8 @@ Z holds the gates (the inputs' part U x + b before the forward step), S/s the st
 h_t, Sp/sp h_{t-1}, C/Cp the LSTM's c_t and c_{t-1}, E/e what the GRU keeps of a step
 (W_n h_{t-1} + b_hn), Hid/hid the GRU's W h_{t-1} + bh.
 """
+import functools
+
 import numpy as np
 from numba.extending import overload
 
@@ -44,6 +47,26 @@ _MODULES = {np.dtype(np.int8): elman, np.dtype(np.int16): gru, np.dtype(np.int32
 def _module(tag):
     """The cell module of a tag's Numba type."""
     return _MODULES[np.dtype(str(tag.dtype))]
+
+
+def _step_hook(stub):
+    """Register the decorated typing function as ``stub``'s implementation twice: inlined
+    into the driver for the Elman cell, whose step math is a few vector operations (a
+    call's cost showed on one short sequence), and called for a gated cell, whose step
+    math inlined made each driver take 1 to 2 s longer to compile."""
+    def register(typing):
+        @functools.wraps(typing)
+        def inlined(tag, *args):
+            return typing(tag, *args) if _module(tag) is elman else None
+
+        @functools.wraps(typing)
+        def called(tag, *args):
+            return None if _module(tag) is elman else typing(tag, *args)
+
+        overload(stub, inline="always")(inlined)
+        overload(stub)(called)
+        return typing
+    return register
 
 
 def _stub(tag, *args):
@@ -84,20 +107,20 @@ def _prepare_fm(tag, Sm, fp, B, act):
     return lambda tag, Sm, fp, B, act: impl(Sm, fp, B, act)
 
 
-@overload(forward_fm, inline="always")
+@_step_hook(forward_fm)
 def _forward_fm(tag, Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
     impl = _module(tag).forward_fm
     return lambda tag, Zm, Sm, Em, Cm, cs, B, Hid, act, buf: impl(Zm, Sm, Em, Cm, cs, B, Hid,
                                                                     act, buf)
 
 
-@overload(forward_tm, inline="always")
+@_step_hook(forward_tm)
 def _forward_tm(tag, Z, S, E, C, Hid, t, b, H, act):
     impl = _module(tag).forward_tm
     return lambda tag, Z, S, E, C, Hid, t, b, H, act: impl(Z, S, E, C, Hid, t, b, H, act)
 
 
-@overload(backward_fm, inline="always")
+@_step_hook(backward_fm)
 def _backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total, add):
     impl = _module(tag).backward_fm
 
@@ -107,7 +130,7 @@ def _backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act,
     return call
 
 
-@overload(backward_tm, inline="always")
+@_step_hook(backward_tm)
 def _backward_tm(tag, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
     impl = _module(tag).backward_tm
 
