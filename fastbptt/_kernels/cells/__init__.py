@@ -3,9 +3,9 @@
 The drivers (`..forward`, `..narrow`, `..backward`) own the time loops, the products with
 W, truncation and padding; at each step they call the hooks below with a cell tag as the
 first argument. A tag is an empty array whose dtype names the cell (`TAGS`): Numba then
-compiles a driver once per cell, with that cell's hooks (inlined for Elman, called for the
-gated cells: `_step_hook`), and only for the cells a program uses; and the tag costs
-nothing at call time.
+compiles a driver once per cell, with that cell's hooks (called, but for Elman's time-major
+ones: `_step_hook`), and only for the cells a program uses; and the tag costs nothing at
+call time.
 
 Hooks (every cell module defines each). Feature-major ones take whole C-contiguous
 (rows, columns) matrices and the columns to work on, so that every row segment they
@@ -51,9 +51,11 @@ def _module(tag):
 
 def _step_hook(stub):
     """Register the decorated typing function as ``stub``'s implementation twice: inlined
-    into the driver for the Elman cell, whose step math is a few vector operations (a
-    call's cost showed on one short sequence), and called for a gated cell, whose step
-    math inlined made each driver take 1 to 2 s longer to compile."""
+    into the driver for the Elman cell, whose time-major step is a few vector operations
+    on one sequence's row (a call's cost showed on one short sequence: W2 took 2% longer),
+    and called for a gated cell, whose step math inlined made each driver take 1 to 2 s
+    longer to compile. (The feature-major hooks work on B columns or more a call, and are
+    called for every cell.)"""
     def register(typing):
         @functools.wraps(typing)
         def inlined(tag, *args):
@@ -107,7 +109,7 @@ def _prepare_fm(tag, Sm, fp, B, act):
     return lambda tag, Sm, fp, B, act: impl(Sm, fp, B, act)
 
 
-@_step_hook(forward_fm)
+@overload(forward_fm)
 def _forward_fm(tag, Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
     impl = _module(tag).forward_fm
     return lambda tag, Zm, Sm, Em, Cm, cs, B, Hid, act, buf: impl(Zm, Sm, Em, Cm, cs, B, Hid,
@@ -120,7 +122,7 @@ def _forward_tm(tag, Z, S, E, C, Hid, t, b, H, act):
     return lambda tag, Z, S, E, C, Hid, t, b, H, act: impl(Z, S, E, C, Hid, t, b, H, act)
 
 
-@_step_hook(backward_fm)
+@overload(backward_fm)
 def _backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total, add):
     impl = _module(tag).backward_fm
 
