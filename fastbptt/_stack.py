@@ -27,8 +27,9 @@ from ._kernels.backward import backward_lag_major, backward_sweep
 from ._kernels.cells import TAGS
 from ._kernels.directions import permute_steps, reversal_index
 from ._kernels.forward import forward
-from ._kernels.inputs import (gather_inputs, input_grads, input_weight_grads,
-                              project_inputs, scatter_ids)
+from ._kernels.inputs import (gather_inputs, gather_inputs_part, input_grads,
+                              input_weight_grads, project_inputs, scatter_ids,
+                              scatter_ids_part)
 from ._kernels.matvec import pack_panels, pad_weights, padded, paneled, passes
 from ._kernels.narrow import (NARROW, PANELS, backward_narrow, backward_narrow_whole,
                               forward_narrow, narrow_h0_grads, narrow_weight_grads,
@@ -402,9 +403,12 @@ class Forward:
                 if dc0 is not None:
                     dc0[s] = dc0_t.T
         if direction.src is None:
-            run_slices(scatter_ids, row_slices(GH, self.parallel),
-                       *((dZ, None) if plan.back_tm else (None, dZ)), direction.ids, dU,
-                       *self.dUT)
+            deltas = (dZ, None) if plan.back_tm else (None, dZ)     # the layout's
+            if self.parallel:
+                run_slices(scatter_ids_part, row_slices(GH, True), *deltas, direction.ids,
+                           dU, *self.dUT)
+            else:
+                scatter_ids(*deltas, direction.ids, dU, *self.dUT)
         else:
             src, width, src_tm = direction.src, direction.width, direction.src_tm
             run_slices(input_weight_grads, row_slices(GH, self.parallel), dZ, plan.back_tm,
@@ -646,9 +650,12 @@ def _run_forward(problem, store, parallel):
             bias = bias_or_zeros(layer.b, GH, dtype)
             if l == 0 and p.ids:
                 direction.ids = x_ids[idx] if direction.reverse else x_ids
-                run_slices(gather_inputs, row_slices(GH, parallel), direction.ids, layer.U,
-                           direction.UT, bias,
-                           *((gates, None) if plan.narrow else (None, gates)))
+                outs = (gates, None) if plan.narrow else (None, gates)    # the layout's
+                if parallel:
+                    run_slices(gather_inputs_part, row_slices(GH, True), direction.ids,
+                               layer.U, direction.UT, bias, *outs)
+                else:
+                    gather_inputs(direction.ids, layer.U, direction.UT, bias, *outs)
             else:
                 if l == 0:
                     src, width, src_tm = x_dense, L, False

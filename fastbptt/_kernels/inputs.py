@@ -38,35 +38,14 @@ def _gather_feature_major(x_ids, U, bias, out, c0, c1):
             row[tb] = u[x_ids[tb]] + bi
 
 
-@jit(inline="always")
-def _gather_time_major(x_ids, U, UT, bias, out, c0, c1):
-    """Features c0 ... c1-1 of a time-major state array's steps <- U's columns along the
-    ids, + b: read strided from U or, when UT is not empty, as rows of UT <- U^T."""
-    rows = _steps(out, True)
-    b = bias[c0:c1]
-    if UT.size:
-        transpose_into(U[c0:c1, 0:U.shape[1]], UT[:, c0:c1])
-        for tb in range(x_ids.shape[0]):
-            row = rows[tb, c0:c1]
-            col = UT[x_ids[tb], c0:c1]
-            for i in range(c1 - c0):
-                row[i] = col[i] + b[i]
-    else:
-        for tb in range(x_ids.shape[0]):
-            row, col = rows[tb, c0:c1], x_ids[tb]
-            for i in range(c1 - c0):
-                row[i] = U[c0 + i, col] + b[i]
-
-
 # A layout is chosen by which of two arguments is None (out_tm or out_fm here, delta_tm or
 # delta_fm below): Numba drops the branch of a None argument, so a call compiles only its
 # own layout's loops.
 
 @jit
-def gather_inputs(x_ids, U, UT, bias, out_tm, out_fm, c0, c1):
-    """Features c0 ... c1-1 (of G H; calls for disjoint features run at once) of a state
-    array's steps <- U[:, x_t] + b for token ids x_ids (T B,): of out_tm when time-major,
-    else of out_fm (the other None).
+def gather_inputs(x_ids, U, UT, bias, out_tm, out_fm):
+    """A state array's steps <- U[:, x_t] + b for token ids x_ids (T B,): those of out_tm
+    when time-major, else of out_fm (the other None).
 
     Time-major, each step's row is U's column x_t: read strided from U, or, when UT is
     not empty, a contiguous row of UT (L, G H) <- U^T, made first (gathering U's strided
@@ -74,8 +53,44 @@ def gather_inputs(x_ids, U, UT, bias, out_tm, out_fm, c0, c1):
     0.45 ms; at T B = 100 the transpose costs more than it saves, unless U's rows are long:
     at L = 1024 each strided read is on a page of its own). Feature-major, each of U's
     rows is gathered along."""
+    H = U.shape[0]
     if out_tm is not None:
-        _gather_time_major(x_ids, U, UT, bias, out_tm, c0, c1)
+        rows = _steps(out_tm, True)
+        if UT.size:
+            transpose_into(U[:, 0:U.shape[1]], UT[:, 0:UT.shape[1]])
+            for tb in range(x_ids.shape[0]):
+                row = rows[tb]
+                col = UT[x_ids[tb]]
+                for i in range(H):
+                    row[i] = col[i] + bias[i]
+        else:
+            for tb in range(x_ids.shape[0]):
+                row, col = rows[tb], x_ids[tb]
+                for i in range(H):
+                    row[i] = U[i, col] + bias[i]
+    if out_fm is not None:
+        _gather_feature_major(x_ids, U, bias, out_fm, 0, H)
+
+
+@jit
+def gather_inputs_part(x_ids, U, UT, bias, out_tm, out_fm, c0, c1):
+    """`gather_inputs` in features c0 ... c1-1 of the G H, for a batch that runs on
+    several threads (calls for disjoint features run at once)."""
+    b = bias[c0:c1]
+    if out_tm is not None:
+        rows = _steps(out_tm, True)
+        if UT.size:
+            transpose_into(U[c0:c1, 0:U.shape[1]], UT[:, c0:c1])
+            for tb in range(x_ids.shape[0]):
+                row = rows[tb, c0:c1]
+                col = UT[x_ids[tb], c0:c1]
+                for i in range(c1 - c0):
+                    row[i] = col[i] + b[i]
+        else:
+            for tb in range(x_ids.shape[0]):
+                row, col = rows[tb, c0:c1], x_ids[tb]
+                for i in range(c1 - c0):
+                    row[i] = U[c0 + i, col] + b[i]
     if out_fm is not None:
         _gather_feature_major(x_ids, U, bias, out_fm, c0, c1)
 
@@ -150,13 +165,29 @@ def _scatter_feature_major(delta, x_ids, dU, c0, c1):
 
 
 @jit
-def scatter_ids(delta_tm, delta_fm, x_ids, dU, dUT, dUT64, c0, c1):
-    """Rows c0 ... c1-1 of dU (H, L) <- sum over steps of delta_t at column x_t: the
-    gradient of a gather (calls for disjoint rows run at once).
+def scatter_ids(delta_tm, delta_fm, x_ids, dU, dUT, dUT64):
+    """dU (H, L) <- sum over steps of delta_t at column x_t: the gradient of a gather.
 
     delta_tm (T B, N) time-major (its first H columns used) or delta_fm (H, T B)
     feature-major, the other None; dUT (L, N) of dU's dtype and dUT64 (L, N) float64 are
     scratch for time-major sums of at most and of more than EXACT_SUMS steps."""
+    H, L = dU.shape
+    n = x_ids.shape[0]
+    if delta_tm is not None:
+        if n <= EXACT_SUMS:
+            _add_rows_at(dUT, delta_tm, x_ids)
+        else:
+            _add_rows_at(dUT64, delta_tm, x_ids)
+            copy_rows(dUT[:, :H], dUT64)
+        transpose_into(dUT[:, :H], dU[:, 0:L])
+    if delta_fm is not None:
+        _scatter_feature_major(delta_fm, x_ids, dU, 0, H)
+
+
+@jit
+def scatter_ids_part(delta_tm, delta_fm, x_ids, dU, dUT, dUT64, c0, c1):
+    """`scatter_ids` into rows c0 ... c1-1 of dU, for a batch that runs on several
+    threads (calls for disjoint rows run at once)."""
     L = dU.shape[1]
     n = x_ids.shape[0]
     if delta_tm is not None:

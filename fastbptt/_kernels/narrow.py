@@ -120,6 +120,9 @@ def _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, d
     """
     T, B, N = S.shape[0] - 1, S.shape[1], S.shape[2]
     GH, H = W.shape
+    R = W
+    if Wp is not None:
+        R = rows_of_W(W, Wp)
     if N > H:                       # the padding columns
         for t in range(T):
             dH[t * B + b0:t * B + b1, H:] = 0
@@ -131,7 +134,7 @@ def _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, d
             if Wc is not None:      # in panels (Wp is None)
                 panels_axpy(Wc, GH, x, out)
             if Wp is not None:      # whole rows (Wc is None)
-                rows_axpy(rows_of_W(W, Wp), x, out, done % 2 == 1)
+                rows_axpy(R, x, out, done % 2 == 1)
             done += groups
         else:
             X[b0:b1] = 0
