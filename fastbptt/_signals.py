@@ -5,7 +5,9 @@ program is (reading a corpus, compiling, evaluating), or, inside ``guard.deferre
 only recorded: the training loop checks ``guard.received`` between steps, and a
 checkpoint being written is never cut short by a second signal. A guard raises at most
 once; later signals are recorded, so that cleaning up after the first (even when it
-came as the guard was being left) is never interrupted in turn. The exit status is the shell's
+came as the guard was being left) is never interrupted in turn. A guard opened inside
+another hands the first signal it received to the outer one as it is left, so a signal
+that arrives on the way out neither raises again nor changes the exit status. The exit status is the shell's
 convention, 128 + the number of the first signal: 130 (SIGINT), 143 (SIGTERM), 129
 (SIGHUP).
 """
@@ -55,6 +57,7 @@ class SignalGuard:
         self._defer = 0
         self._raised = False
         self._old = {}
+        self._outer = None              # the guard whose handlers this one replaced
 
     @property
     def status(self):
@@ -84,9 +87,11 @@ class SignalGuard:
         with self.deferred():           # all handlers in place before one may raise
             for signum in SIGNALS:
                 try:
-                    self._old[signum] = signal.signal(signum, self._handle)
+                    self._old[signum] = old = signal.signal(signum, self._handle)
                 except ValueError:      # not the main thread
                     break
+                if isinstance(getattr(old, "__self__", None), SignalGuard):
+                    self._outer = old.__self__
         if self.received is not None and not self._defer and not self._raised:
             self._raised = True
             self.release()
@@ -97,6 +102,12 @@ class SignalGuard:
         """Give the signals back (or ignore them, with ``ignore_after``); idempotent, so
         it can run again after a signal cut a first attempt short."""
         self._defer += 1                # no handler of this guard raises from here on
+        outer = self._outer
+        if outer is not None and self.received is not None and outer.received is None:
+            # the signal was this guard's to act on (raised, or the command returns its
+            # status): the guard around it keeps its number and does not raise for the
+            # signals after it, before its handlers take them again
+            outer.received, outer._raised = self.received, True
         while self._old:
             signum, old = next(iter(self._old.items()))
             signal.signal(signum, signal.SIG_IGN if self.ignore_after else old)

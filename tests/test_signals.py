@@ -194,3 +194,24 @@ def test_a_signal_during_an_in_process_save_is_held_until_it_is_written(folder, 
     assert status == 130
     assert checkpoint.load(ckpt).step == 3
     assert [signal.getsignal(signum) for signum in STATUS] == before   # given back
+
+
+def test_a_signal_after_a_commands_own_guard_keeps_the_first_ones_status(capsys):
+    """Deterministic: a command's guard records SIGTERM and the command returns 143; a
+    SIGINT that arrives after that guard is left, on the way out, neither raises nor
+    changes the status (the outer guard took the inner one's signal as its own)."""
+    from fastbptt._command_errors import run_command
+    from fastbptt._signals import SignalGuard
+
+    def command(args):
+        with SignalGuard() as guard:
+            with guard.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+            status = guard.status
+        os.kill(os.getpid(), signal.SIGINT)
+        return status
+
+    before = [signal.getsignal(signum) for signum in STATUS]
+    assert run_command("prog", command, None) == 143
+    assert capsys.readouterr().err == ""
+    assert [signal.getsignal(signum) for signum in STATUS] == before
