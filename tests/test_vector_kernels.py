@@ -7,9 +7,9 @@
   paths.
 - `panels_axpy` on `panel_columns`' panels, the step of narrow batches of 4 sequences
   or more: a blocked product (KC rows at a time for every group of 4 sequences), the
-  last 1 to 3 sequences and a narrower last panel (3, 2 or 1 registers of output)
-  through copies, K beyond and below KC; every sequence's outputs the same bits whatever
-  group it falls in.
+  last 1 to 3 sequences in groups of 2 and 1, a narrower last panel (3, 2 or 1
+  registers of output), K beyond and below KC; every sequence's outputs the same bits
+  whatever group it falls in.
 - `transpose_into`, whose full tiles go through registers.
 - `all_finite` and `id_range`, which validation runs before falling back to NumPy.
 """
