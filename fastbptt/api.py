@@ -48,20 +48,19 @@ def _head_backward(problem, fw, err):
     L, H, C = problem.sizes
     dV, dc = np.empty(model.V.shape, dtype), np.empty(C, dtype)
     tm = fw.plan.back_tm
+    backward = output_backward_tm if tm else output_backward_fm     # the layout's kernel
     top = fw.dirs[-1]
     fw.convert_states()
     if len(top) == 1 and not top[0].reverse:
         states = fw.top() if fw.plan.narrow == tm else steps(fw.backward_arrays(top[0])[0],
                                                              tm, H)
         G = fw.gradient_buffers()[0]
-        (output_backward_tm if tm else output_backward_fm)(err, states, model.V,
-                                                           G[:, :H] if tm else G, dV, dc)
+        backward(err, states, model.V, G[:, :H] if tm else G, dV, dc)
     else:
         width = H * len(top)
         G = workspace.get("G", (problem.T * problem.B, width) if tm else
                           (width, problem.T * problem.B), dtype)
-        (output_backward_tm if tm else output_backward_fm)(err, fw.top(), model.V, G, dV,
-                                                           dc)
+        backward(err, fw.top(), model.V, G, dV, dc)
         fw.inject(G)
     return dV, dc
 
