@@ -164,17 +164,25 @@ class Adam(Optimizer):
         return {"beta1": self.beta1, "beta2": self.beta2, "eps": self.eps}
 
     def _update(self, name, p, g):
+        # lr_t = lr sqrt(1 - b2^t) / (1 - b1^t) folds both corrections into one scale;
+        # eps is scaled to match so the result is the formula above. Contiguous arrays
+        # take one pass (`fastbptt._kernels.adam`), others NumPy's passes: the same bits.
         f = p.dtype.type
         m = self._buffer(name, "m", p)
         v = self._buffer(name, "v", p)
+        c1 = 1 - self.beta1 ** self.t
+        c2 = np.sqrt(1 - self.beta2 ** self.t)
+        if all(a.flags.c_contiguous and a.dtype == p.dtype for a in (p, g, m, v)) \
+                and p.dtype in (np.float32, np.float64):
+            from ._kernels.adam import adam_update
+            adam_update(p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1),
+                        f(self.beta1), f(1 - self.beta1), f(self.beta2),
+                        f(1 - self.beta2), f(self.eps * c2), f(self.lr * c2 / c1))
+            return
         m *= f(self.beta1)
         m += f(1 - self.beta1) * g
         v *= f(self.beta2)
         v += f(1 - self.beta2) * (g * g)
-        # lr_t = lr sqrt(1 - b2^t) / (1 - b1^t) folds both corrections into one scale;
-        # eps is scaled to match so the result is the formula above
-        c1 = 1 - self.beta1 ** self.t
-        c2 = np.sqrt(1 - self.beta2 ** self.t)
         denom = np.sqrt(v)
         denom += f(self.eps * c2)
         np.divide(m, denom, out=denom)
