@@ -180,7 +180,7 @@ class _Block:
         self.block = CursorBlock(ids, rows, segment, recipe, layout.views(self.flat),
                                  carried, step)
         if shared is not None:
-            serve(connect(path, index), self._message)
+            serve(connect(path, index), self._message, name=f'steps-{index}')
 
     def _message(self, method, *args):
         return getattr(self, method)(*args)

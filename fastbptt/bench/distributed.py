@@ -8,8 +8,9 @@
   clipping, Adam) with B = 64, T = 50, H = 256, float32, on the default corpus, for the
   default model and for one Elman layer (the least work per byte of model): one process
   with BLAS on one thread (the default) and on two, and 1 and 2 worker processes of one
-  thread each, sharing the buffers through /dev/shm (a local cluster) or sending them in
-  Dask's messages over TCP (as across machines). The configurations take turns, ``ROUNDS`` rounds
+  thread each, sharing the buffers through /dev/shm with each step's message on a Unix
+  socket (a local cluster) or sending them in Dask's messages over TCP (as across
+  machines). The configurations take turns, ``ROUNDS`` rounds
   of ``STEPS`` steps each, so that a neighbour's load spreads over all of them; each
   figure is the median round. Per step: the time in `bptt` on the slowest worker, the
   round trip around it (the model out, the gradients back, adding them) and clipping
