@@ -18,21 +18,21 @@ Loops read and write few arrays each, so that they vectorize (see `lstm`).
 """
 from .._jit import jit
 from ..copies import add_row, add_rows, copy_row
-from ..mathfuncs import sigmoid_in_place, tanh_in_place
+from ..mathfuncs import sigmoid_in_place, sigmoid_rows, tanh_in_place, tanh_rows
 
 SUMS = False       # backward_fm does not add to the lag-major sum itself
 
 
 @jit(inline="always")
-def _forward(zr, zz, zn, hr, hz, hn, hp, e, h):
-    add_row(zr, hr)
-    sigmoid_in_place(zr)
-    add_row(zz, hz)
-    sigmoid_in_place(zz)
+def _candidate(zr, zn, e, hn):
+    """e = hn (kept for the backward step); zn += r hn."""
     copy_row(e, hn)
     for j in range(zn.shape[0]):
         zn[j] += zr[j] * e[j]
-    tanh_in_place(zn)
+
+
+@jit(inline="always")
+def _mix(zz, zn, hp, h):
     for j in range(h.shape[0]):
         h[j] = (1 - zz[j]) * zn[j] + zz[j] * hp[j]
 
@@ -64,17 +64,25 @@ def forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
     a = cs
     b = cs + B
     p = cs - B
+    for i in range(2 * H):
+        add_row(Zm[i, a:b], Hid[i])                 # r, u: inputs' and hidden parts
+    sigmoid_rows(Zm[:2 * H], a, b)
     for i in range(H):
-        _forward(Zm[i, a:b], Zm[H + i, a:b], Zm[2 * H + i, a:b], Hid[i], Hid[H + i],
-                 Hid[2 * H + i], Sm[i, p:a], Em[i, a:b], Sm[i, a:b])
+        _candidate(Zm[i, a:b], Zm[2 * H + i, a:b], Em[i, a:b], Hid[2 * H + i])
+    tanh_rows(Zm[2 * H:], a, b)                     # n
+    for i in range(H):
+        _mix(Zm[H + i, a:b], Zm[2 * H + i, a:b], Sm[i, p:a], Sm[i, a:b])
 
 
 @jit(inline="always")
 def forward_tm(Z, S, E, C, Hid, t, b, H, act):
     z = Z[t + 1, b]
     hid = Hid[b]
-    _forward(z[:H], z[H:2 * H], z[2 * H:3 * H], hid[:H], hid[H:2 * H], hid[2 * H:3 * H],
-             S[t, b, :H], E[t + 1, b, :H], S[t + 1, b, :H])
+    add_row(z[:2 * H], hid[:2 * H])                 # r, u: inputs' and hidden parts
+    sigmoid_in_place(z[:2 * H])
+    _candidate(z[:H], z[2 * H:3 * H], E[t + 1, b, :H], hid[2 * H:3 * H])
+    tanh_in_place(z[2 * H:3 * H])                   # n
+    _mix(z[H:2 * H], z[2 * H:3 * H], S[t, b, :H], S[t + 1, b, :H])
 
 
 @jit(inline="always")

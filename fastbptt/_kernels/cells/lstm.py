@@ -17,27 +17,27 @@ the forward step in one loop, against a fraction of that in these).
 """
 from .._jit import jit
 from ..copies import copy_rows
-from ..mathfuncs import sigmoid_in_place, tanh_in_place, tanh_into
+from ..mathfuncs import sigmoid_in_place, sigmoid_rows, tanh_in_place, tanh_into
+from ..mathfuncs import tanh_rows, tanh_rows_into
 
 SUMS = False       # backward_fm does not add to the lag-major sum itself
 
 
 @jit(inline="always")
-def _forward(zi, zf, zg, zo, cp, c, h):
-    sigmoid_in_place(zi)
-    sigmoid_in_place(zf)
-    sigmoid_in_place(zo)
-    tanh_in_place(zg)
+def _cell(zi, zf, zg, cp, c):
     for j in range(c.shape[0]):
         c[j] = zf[j] * cp[j] + zi[j] * zg[j]
-    tanh_into(c, h)
+
+
+@jit(inline="always")
+def _times(h, zo):
     for j in range(h.shape[0]):
         h[j] *= zo[j]
 
 
 @jit(inline="always")
-def _backward(dh, zi, zf, zg, zo, c, cp, x, di, df, dg, do):
-    tanh_into(c, do)
+def _backward(dh, zi, zf, zg, zo, cp, x, di, df, dg, do):
+    """The step's gradients, with tanh(c_t) in ``do`` on entry."""
     for j in range(x.shape[0]):
         x[j] += dh[j] * zo[j] * (1 - do[j] * do[j])
     for j in range(do.shape[0]):
@@ -63,16 +63,25 @@ def forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
     a = cs
     b = cs + B
     p = cs - B
+    sigmoid_rows(Zm[:2 * H], a, b)                  # i, f
+    tanh_rows(Zm[2 * H:3 * H], a, b)                # g
+    sigmoid_rows(Zm[3 * H:], a, b)                  # o
     for i in range(H):
-        _forward(Zm[i, a:b], Zm[H + i, a:b], Zm[2 * H + i, a:b], Zm[3 * H + i, a:b],
-                 Cm[i, p:a], Cm[i, a:b], Sm[i, a:b])
+        _cell(Zm[i, a:b], Zm[H + i, a:b], Zm[2 * H + i, a:b], Cm[i, p:a], Cm[i, a:b])
+    tanh_rows_into(Cm, a, Sm, a, B)
+    for i in range(H):
+        _times(Sm[i, a:b], Zm[3 * H + i, a:b])
 
 
 @jit(inline="always")
 def forward_tm(Z, S, E, C, Hid, t, b, H, act):
     z = Z[t + 1, b]
-    _forward(z[:H], z[H:2 * H], z[2 * H:3 * H], z[3 * H:4 * H], C[t, b, :H], C[t + 1, b, :H],
-             S[t + 1, b, :H])
+    sigmoid_in_place(z[:2 * H])                     # i, f
+    tanh_in_place(z[2 * H:3 * H])                   # g
+    sigmoid_in_place(z[3 * H:4 * H])                # o
+    _cell(z[:H], z[H:2 * H], z[2 * H:3 * H], C[t, b, :H], C[t + 1, b, :H])
+    tanh_into(C[t + 1, b, :H], S[t + 1, b, :H])
+    _times(S[t + 1, b, :H], z[3 * H:4 * H])
 
 
 @jit(inline="always")
@@ -82,19 +91,21 @@ def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total
     e = cd + n
     s = cs
     u = cs + n
+    tanh_rows_into(Cm, s, dZ[3 * H:], d, n)         # tanh(c) into do's rows
     for i in range(H):
         _backward(dH[i, d:e], Zm[i, s:u], Zm[H + i, s:u], Zm[2 * H + i, s:u],
-                  Zm[3 * H + i, s:u], Cm[i, s:u], Cm[i, s - B:u - B], X[i, cx:cx + n],
-                  dZ[i, d:e], dZ[H + i, d:e], dZ[2 * H + i, d:e], dZ[3 * H + i, d:e])
+                  Zm[3 * H + i, s:u], Cm[i, s - B:u - B], X[i, cx:cx + n], dZ[i, d:e],
+                  dZ[H + i, d:e], dZ[2 * H + i, d:e], dZ[3 * H + i, d:e])
 
 
 @jit(inline="always")
 def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
     z = Z[t + 1, b]
-    dz = dZ[t * B + b]
-    _backward(dH[t * B + b, :H], z[:H], z[H:2 * H], z[2 * H:3 * H], z[3 * H:4 * H],
-              C[t + 1, b, :H], C[t, b, :H], X[b, :H], dz[:H], dz[H:2 * H], dz[2 * H:3 * H],
-              dz[3 * H:4 * H])
+    r = t * B + b
+    dz = dZ[r]
+    tanh_into(C[t + 1, b, :H], dz[3 * H:4 * H])     # tanh(c) into do
+    _backward(dH[r, :H], z[:H], z[H:2 * H], z[2 * H:3 * H], z[3 * H:4 * H], C[t, b, :H],
+              X[b, :H], dz[:H], dz[H:2 * H], dz[2 * H:3 * H], dz[3 * H:4 * H])
 
 
 @jit(inline="always")
