@@ -162,7 +162,7 @@ class Direction:
         self.states = None       # (H, T+1, B) or (T+1, B, N), in this direction's step order
         self.gates = None        # (G H, T+1, B) or (T+1, B, NG); the states for Elman
         self.cells = None        # the LSTM's c_t like the states; empty for other cells
-        self.kept = None         # what the GRU keeps of each step; empty for other cells
+        self.kept = None         # what a gated cell keeps of each step; empty for Elman
         self.src = None          # its inputs: a state-like array, or None for token ids
         self.width = 0           # features of src that are inputs
         self.src_tm = False
@@ -281,7 +281,7 @@ class Forward:
         shape = (p.T * p.B, direction.gates.shape[2]) if self.plan.back_tm else \
             (GH, p.T * p.B)
         dZ = self.scratch("dZ", shape, p.dtype)
-        return dZ, (self.scratch("dZh", shape, p.dtype) if direction.kept.size else dZ)
+        return dZ, (self.scratch("dZh", shape, p.dtype) if p.cell == "gru" else dZ)
 
     def inject(self, G):
         """Put G_t (2-D in step order, layout of the backward pass, H D features) into the
@@ -577,7 +577,7 @@ def _forward_for(p, plan, store):
             direction.gates = direction.states if GH == H else \
                 state_like(f"gates{name}", GH, NG)
             direction.cells = state_like(f"cells{name}", H if lstm else 0, N)
-            direction.kept = state_like(f"kept{name}", H if gru else 0, N)
+            direction.kept = state_like(f"kept{name}", H if gru or lstm else 0, N)
             direction.WTp = store.get(f"WTp{name}", (H, NG), dtype)
             direction.Wp = store.get(f"Wp{name}", (GH, N), dtype)
             # W^T and W walked in column panels (`matvec.panels_axpy`; `narrow.PANELS`)

@@ -29,8 +29,9 @@ only the rows they need.
 - ``to_h0(X, dh0, dc0)``: what the carry after step 0 adds to dL/dh0 and dL/dc0.
 
 Z holds the gates (the inputs' part U x + b before the forward step), S/s the states
-h_t, Sp/sp h_{t-1}, C/Cp the LSTM's c_t and c_{t-1}, E/e what the GRU keeps of a step
-(W_n h_{t-1} + b_hn), Hid/hid the GRU's W h_{t-1} + bh.
+h_t, Sp/sp h_{t-1}, C/Cp the LSTM's c_t and c_{t-1}, E/e what a gated cell keeps of a
+step for its backward step (the GRU's W_n h_{t-1} + b_hn, the LSTM's tanh(c_t)), Hid/hid
+the GRU's W h_{t-1} + bh.
 """
 import functools
 

@@ -2,8 +2,9 @@
 
 Gates z = U x_t + W h_{t-1} + b, rows i, f, g, o; the forward step overwrites them with
 their activations i = σ(z_i), f = σ(z_f), g = tanh(z_g), o = σ(z_o), which the backward
-step reads: c_t = f c_{t-1} + i g, h_t = o tanh(c_t). Backward, with X holding the
-carry dc_{t+1} f_{t+1} from step t + 1 on entry:
+step reads: c_t = f c_{t-1} + i g, h_t = o tanh(c_t), with tanh(c_t) kept (E) for the
+backward step (recomputing it there cost 0.5 ms of G1's backward pass). Backward, with X
+holding the carry dc_{t+1} f_{t+1} from step t + 1 on entry:
 
     X    = dc = dh o (1 - tanh²c) + X
     dz_o = dh tanh(c) o (1 - o)        dz_i = dc g i (1 - i)
@@ -30,18 +31,18 @@ def _cell(zi, zf, zg, cp, c):
 
 
 @jit(inline="always")
-def _times(h, zo):
+def _product(h, tc, zo):
     for j in range(h.shape[0]):
-        h[j] *= zo[j]
+        h[j] = tc[j] * zo[j]
 
 
 @jit(inline="always")
-def _backward(dh, zi, zf, zg, zo, cp, x, di, df, dg, do):
-    """The step's gradients, with tanh(c_t) in ``do`` on entry."""
+def _backward(dh, zi, zf, zg, zo, tc, cp, x, di, df, dg, do):
+    """The step's gradients; tc = tanh(c_t), kept by the forward step."""
     for j in range(x.shape[0]):
-        x[j] += dh[j] * zo[j] * (1 - do[j] * do[j])
+        x[j] += dh[j] * zo[j] * (1 - tc[j] * tc[j])
     for j in range(do.shape[0]):
-        do[j] = dh[j] * do[j] * zo[j] * (1 - zo[j])
+        do[j] = dh[j] * tc[j] * zo[j] * (1 - zo[j])
     for j in range(di.shape[0]):
         di[j] = x[j] * zg[j] * zi[j] * (1 - zi[j])
     for j in range(df.shape[0]):
@@ -68,9 +69,9 @@ def forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
     sigmoid_rows(Zm[3 * H:], a, b)                  # o
     for i in range(H):
         _cell(Zm[i, a:b], Zm[H + i, a:b], Zm[2 * H + i, a:b], Cm[i, p:a], Cm[i, a:b])
-    tanh_rows_into(Cm, a, Sm, a, B)
+    tanh_rows_into(Cm, a, Em, a, B)
     for i in range(H):
-        _times(Sm[i, a:b], Zm[3 * H + i, a:b])
+        _product(Sm[i, a:b], Em[i, a:b], Zm[3 * H + i, a:b])
 
 
 @jit(inline="always")
@@ -80,8 +81,8 @@ def forward_tm(Z, S, E, C, Hid, t, b, H, act):
     tanh_in_place(z[2 * H:3 * H])                   # g
     sigmoid_in_place(z[3 * H:4 * H])                # o
     _cell(z[:H], z[H:2 * H], z[2 * H:3 * H], C[t, b, :H], C[t + 1, b, :H])
-    tanh_into(C[t + 1, b, :H], S[t + 1, b, :H])
-    _times(S[t + 1, b, :H], z[3 * H:4 * H])
+    tanh_into(C[t + 1, b, :H], E[t + 1, b, :H])
+    _product(S[t + 1, b, :H], E[t + 1, b, :H], z[3 * H:4 * H])
 
 
 @jit(inline="always")
@@ -91,11 +92,10 @@ def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total
     e = cd + n
     s = cs
     u = cs + n
-    tanh_rows_into(Cm, s, dZ[3 * H:], d, n)         # tanh(c) into do's rows
     for i in range(H):
         _backward(dH[i, d:e], Zm[i, s:u], Zm[H + i, s:u], Zm[2 * H + i, s:u],
-                  Zm[3 * H + i, s:u], Cm[i, s - B:u - B], X[i, cx:cx + n], dZ[i, d:e],
-                  dZ[H + i, d:e], dZ[2 * H + i, d:e], dZ[3 * H + i, d:e])
+                  Zm[3 * H + i, s:u], Em[i, s:u], Cm[i, s - B:u - B], X[i, cx:cx + n],
+                  dZ[i, d:e], dZ[H + i, d:e], dZ[2 * H + i, d:e], dZ[3 * H + i, d:e])
 
 
 @jit(inline="always")
@@ -103,9 +103,9 @@ def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
     z = Z[t + 1, b]
     r = t * B + b
     dz = dZ[r]
-    tanh_into(C[t + 1, b, :H], dz[3 * H:4 * H])     # tanh(c) into do
-    _backward(dH[r, :H], z[:H], z[H:2 * H], z[2 * H:3 * H], z[3 * H:4 * H], C[t, b, :H],
-              X[b, :H], dz[:H], dz[H:2 * H], dz[2 * H:3 * H], dz[3 * H:4 * H])
+    _backward(dH[r, :H], z[:H], z[H:2 * H], z[2 * H:3 * H], z[3 * H:4 * H],
+              E[t + 1, b, :H], C[t, b, :H], X[b, :H], dz[:H], dz[H:2 * H], dz[2 * H:3 * H],
+              dz[3 * H:4 * H])
 
 
 @jit(inline="always")
