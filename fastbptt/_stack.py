@@ -10,7 +10,8 @@ Layout, chosen once per call (`make_plan`): narrow batches keep states time-majo
 (T+1, B, N), and step with the vector kernels (`_kernels.narrow`); the others keep them
 feature-major, (H, T+1, B), and step with a BLAS product (`_kernels.forward`,
 `_kernels.backward`). Per-output windows (stride < truncate) run their backward pass
-feature-major in either case (lag-major, one layer only).
+feature-major in either case (lag-major for stride 1, one sweep per group of outputs
+beyond; one layer only).
 
 Directions: a reverse direction runs the same kernels on its inputs reordered so that
 each sequence starts from its last real step (`_kernels.directions`); its states stay in
@@ -23,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._kernels.backward import backward_lag_major, backward_sweep
+from ._kernels.backward import backward_groups, backward_lag_major, backward_sweep
 from ._kernels.cells import TAGS
 from ._kernels.directions import permute_steps, reversal_index
 from ._kernels.forward import forward
@@ -100,7 +101,7 @@ def split(problem):
 
 class Plan(NamedTuple):
     narrow: bool          # states time-major (forward layout)
-    chunk: int            # where the backward sweep cuts: T + 1 never, k chunks, 0 lag-major
+    chunk: int            # where the backward sweep cuts: T + 1 never, k chunks, 0 windows
     back_tm: bool         # the backward pass runs time-major
 
 
@@ -393,11 +394,11 @@ class Forward:
                 backward_sweep(self.tag, Sm, Zm, Em, Cm, direction.WTp, p.activation,
                                plan.chunk, p.lengths, dcf, buf, dZ, dZh, self.X, fp, dW, db,
                                dbh, dh0_t, dc0_t)
-            else:
-                backward_lag_major(self.tag, Sm, Zm, Em, Cm, direction.WTp, p.activation,
-                                   p.truncate, p.stride, p.lengths, dcf, buf, dZ, dZh, self.X,
-                                   fp, self._lags(direction, buf, dZ, dZh), dW, db, dbh,
-                                   dh0_t, dc0_t)
+            else:           # windows: lag-major for s = 1, groups of s outputs beyond
+                windows = backward_lag_major if p.stride == 1 else backward_groups
+                windows(self.tag, Sm, Zm, Em, Cm, direction.WTp, p.activation, p.truncate,
+                        p.stride, p.lengths, dcf, buf, dZ, dZh, self.X, fp,
+                        self._lags(direction, buf, dZ, dZh), dW, db, dbh, dh0_t, dc0_t)
             if starts:
                 dh0[s] = dh0_t.T
                 if dc0 is not None:

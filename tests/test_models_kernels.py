@@ -4,7 +4,12 @@ The grid of `models.cases` with every truncation family, on both kernel paths, f
 every cell; and on the narrow path with 9 sequences, whose steps walk W in panels
 (`_kernels.matvec.panels_axpy`): two groups of 4 and one of 1.
 """
-from models import IMPLS, cases, compare, params
+import numpy as np
+import pytest
+
+import fastbptt
+from fastbptt import reference
+from models import BACK_FIELDS, IMPLS, OUT_FIELDS, cases, compare, disagreement, params
 
 TOLERANCE = 1e-10
 
@@ -20,4 +25,32 @@ def test_kernels_match_reference_with_panels(rng, monkeypatch, case):
     from fastbptt import _stack
     monkeypatch.setattr(_stack, "NARROW", 10**9)
     errors = compare(case, rng, IMPLS["kernels"], IMPLS["reference"], B=9)
+    assert max(errors.values()) <= TOLERANCE, errors
+
+
+@pytest.mark.parametrize("cell", ["elman", "lstm", "gru"])
+@pytest.mark.parametrize("truncate,stride", [(3, 2), (5, 2), (4, 3), (7, 3)])
+def test_groups_of_outputs_for_every_length(rng, kernel_path, cell, truncate, stride):
+    """Strides between 1 and k run one sweep per group of outputs, which steps of the
+    groups before reach too: every length from 0 to T (the last step of a sequence is an
+    output of one group and a step that later groups sweep through), with dh_final and
+    the LSTM's dc_final injected there, against the reference's per-output windows."""
+    T, H = 8, 3
+    lengths = np.arange(T + 1)
+    B = lengths.size
+    model = fastbptt.init_params(2, H, 2, cell=cell, dtype=np.float64, seed=rng)
+    layer = fastbptt.Layer(model.U, model.W, model.b) if cell == "elman" else \
+        model.layers[0][0]
+    x = rng.normal(size=(B, T, 2))
+    options = dict(truncate=truncate, stride=stride, lengths=lengths,
+                   h0=rng.normal(size=(B, H)))
+    if cell == "lstm":
+        options["c0"] = rng.normal(size=(B, H))
+    out, back = fastbptt.layer.vjp(x, layer, **options)
+    out_ref, back_ref = reference.layer_vjp(x, layer, **options)
+    errors = disagreement(out, out_ref, OUT_FIELDS)
+    dh = rng.normal(size=out.h.shape)
+    finals = [rng.normal(size=out.h_final.shape),
+              rng.normal(size=out.h_final.shape) if cell == "lstm" else None]
+    errors.update(disagreement(back(dh, *finals), back_ref(dh, *finals), BACK_FIELDS))
     assert max(errors.values()) <= TOLERANCE, errors

@@ -10,10 +10,15 @@ three are one array, delta_t = dh_t f'(a_t), in place.
 
 - sweep (full BPTT, and chunks s = k): one pass from T-1 down to 0, the carries dropped
   at chunk starts;
-- lag-major (every s < k): lag 0 is the cell's backward step on G at every step at
-  once; lag j takes W^T dZh of lag j - 1 one step later, column block r carrying output
-  t = r + j alone, so it is dropped once r < lo(t); dZ and dZh are the sums over lags.
-  That is k products of H x G H by G H x (T B) instead of T k vector ones.
+- lag-major (per-output windows, s = 1 < k): lag 0 is the cell's backward step on G at
+  every step at once; lag j takes W^T dZh of lag j - 1 one step later, column block r
+  carrying output t = r + j alone, so it is dropped once r < lo(t); dZ and dZh are the
+  sums over lags. That is k products of H x G H by G H x (T B) instead of T k vector ones.
+- groups (1 < s < k): the s outputs cs ... cs + s - 1 share lo = (c + 1) s - k, so one
+  short sweep per group, from its last output down to lo, carries all of them; steps
+  that several groups reach add their gradients. That is about T k / s steps' products
+  in place of lag-major's k products over all T steps: for k = 20, s = 10, T = 100,
+  200 steps' worth against 2,000.
 
 Steps are column blocks of B columns in (rows, T B) matrices; the gradients of the
 weights are single matrix products over all steps (those of the inputs are in `inputs`).
@@ -105,6 +110,49 @@ def _lag_major(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, la
 
 
 @jit(inline="always")
+def _groups(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, lags, X0,
+            lengths, dcf):
+    """dZ and dZh of BPTT(k; s), 1 < s < k, by one sweep per group of s outputs (see the
+    module's docstring); X0 (H, B) <- the sum of the cell's carries into h0. ``lags`` is
+    the lag-major pass's scratch, here (_, h, z, zh, xp, _): a group's dL/dh, dZ and dZh
+    at the same columns as dH's (one array for Elman, z is zh for the LSTM) and its
+    carry in xp's first B columns. For Elman dZ is dH, which holds G on entry: the groups
+    run in increasing order, each taking its outputs' G out of dH before it adds its
+    gradients, so that every G is read before any sum reaches its columns."""
+    _, h, z, zh, xp, _ = lags
+    T = dH.shape[1] // B
+    X = xp[:, :B]
+    own = dZ.ctypes.data == dH.ctypes.data          # Elman: the sums go into dH itself
+    apart = dZh.ctypes.data != dZ.ctypes.data
+    if not own:
+        dZ[:] = 0
+    if apart:
+        dZh[:] = 0
+    X0[:] = 0
+    for first in range(0, T, s):
+        stop = min(T, first + s)
+        lo = max(0, first + s - k)
+        h[:, lo * B:first * B] = 0
+        copy_rows(h[:, first * B:stop * B], dH[:, first * B:stop * B])
+        if own:
+            dH[:, first * B:stop * B] = 0
+        X[:] = 0
+        for t in range(stop - 1, lo - 1, -1):
+            a = t * B
+            if t + 1 < stop:
+                gemm(WT, zh[:, a + B:a + 2 * B], h[:, a:a + B], 1.0, 1.0, False, False, blas)
+            if t >= first:
+                _inject(X, lengths, t, dcf)
+            backward_fm(cell, h, z, zh, a, Zm, Sm, Em, Cm, a + B, B, X, 0, fp, B, act,
+                        fp[:0], False)
+        add_rows(dZ[:, lo * B:stop * B], z[:dZ.shape[0], lo * B:stop * B])
+        if apart:
+            add_rows(dZh[:, lo * B:stop * B], zh[:, lo * B:stop * B])
+        if lo == 0:
+            add_rows(X0, X)
+
+
+@jit(inline="always")
 def _finish(cell, Sm, WT, T, B, blas, dZ, dZh, X, dW, db, dbh, dh0, dc0):
     """The gradients of W, b (bh), h0 (c0) from the gates' gradients of every step."""
     gemm(WT, dZh[:, :B], dh0, 1.0, 0.0, False, False, blas)
@@ -146,8 +194,8 @@ def backward_sweep(cell, Sm, Zm, Em, Cm, WTp, act, chunk, lengths, dcf, dH, dZ, 
 @jit
 def backward_lag_major(cell, Sm, Zm, Em, Cm, WTp, act, truncate, stride, lengths, dcf, dH,
                        dZ, dZh, X, fp, lags, dW, db, dbh, dh0, dc0):
-    """`backward_sweep` for per-output windows BPTT(k; s), s < k: lag-major (see
-    `_lag_major`, whose scratch ``lags`` is) with truncate = k, stride = s."""
+    """`backward_sweep` for per-output windows BPTT(k; 1), truncate = k: lag-major (see
+    `_lag_major`, whose scratch ``lags`` is)."""
     B = lengths.shape[0]
     T = dH.shape[1] // B
     WT = WTp[:, :Zm.shape[0]]
@@ -155,4 +203,19 @@ def backward_lag_major(cell, Sm, Zm, Em, Cm, WTp, act, truncate, stride, lengths
     prepare_fm(cell, Sm, fp, B, act)
     _lag_major(cell, Zm, Sm, Em, Cm, WT, truncate, stride, B, blas, dH, dZ, dZh, fp, act, lags,
                X, lengths, dcf)
+    _finish(cell, Sm, WT, T, B, blas, dZ, dZh, X, dW, db, dbh, dh0, dc0)
+
+
+@jit
+def backward_groups(cell, Sm, Zm, Em, Cm, WTp, act, truncate, stride, lengths, dcf, dH,
+                    dZ, dZh, X, fp, lags, dW, db, dbh, dh0, dc0):
+    """`backward_lag_major` for 1 < s < k: one sweep per group of s outputs (`_groups`;
+    ``lags`` as there)."""
+    B = lengths.shape[0]
+    T = dH.shape[1] // B
+    WT = WTp[:, :Zm.shape[0]]
+    blas = scratch(dH)
+    prepare_fm(cell, Sm, fp, B, act)
+    _groups(cell, Zm, Sm, Em, Cm, WT, truncate, stride, B, blas, dH, dZ, dZh, fp, act, lags,
+            X, lengths, dcf)
     _finish(cell, Sm, WT, T, B, blas, dZ, dZh, X, dW, db, dbh, dh0, dc0)
