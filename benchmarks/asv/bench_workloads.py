@@ -34,3 +34,19 @@ class DocumentsLoop:
 
     def time_documents_loop(self, name):
         self.call()
+
+
+class Strides:
+    """BPTT(20; s) on W3's and G1's sizes: lag-major (s = 1), groups, chunks (s = 20)."""
+    params = [["W3", "G1"], [1, 2, 4, 10, 20]]
+    param_names = ["workload", "stride"]
+
+    def setup(self, name, stride):
+        set_threads(1)
+        import fastbptt
+        x, y, params = make_data(WORKLOADS[name])
+        self.call = lambda: fastbptt.bptt(x, y, params, truncate=20, stride=stride)
+        self.call()
+
+    def time_fastbptt(self, name, stride):
+        self.call()
