@@ -238,6 +238,14 @@ class DaskBlocks:
         self._out = layout.empty() if mapping is None else mapping.part(0)
         self._sum = layout.empty()
 
+    async def _alive(self):
+        """The addresses of the cluster's workers now, as the scheduler knows them."""
+        try:
+            return (await self.client.scheduler.identity())["workers"]
+        except OSError as error:
+            raise NothingToSave(f"lost the connection to the Dask scheduler "
+                                f"({error})") from None
+
     async def _gather(self, calls):
         tasks = [asyncio.ensure_future(_result(call)) for call in calls]
         try:
@@ -248,11 +256,7 @@ class DaskBlocks:
                         raise BlockLost(address)          # its connection failed
                 if not pending:
                     return [t.result() for t in tasks]
-                try:
-                    alive = (await self.client.scheduler.identity())["workers"]
-                except OSError as error:
-                    raise NothingToSave(f"lost the connection to the Dask scheduler "
-                                        f"({error})") from None
+                alive = await self._alive()
                 for address, task in zip(self.addresses, tasks):
                     if not task.done() and address not in alive:
                         raise BlockLost(address)
@@ -273,11 +277,7 @@ class DaskBlocks:
 
     def _check(self):
         """`BlockLost` if a worker that holds a block has left the cluster."""
-        try:
-            alive = self.client.sync(self.client.scheduler.identity)["workers"]
-        except OSError as error:
-            raise NothingToSave(f"lost the connection to the Dask scheduler "
-                                f"({error})") from None
+        alive = self.client.sync(self._alive)
         for address in self.addresses:
             if address not in alive:
                 raise BlockLost(address)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._kernels.adam import adam_update
 from .params import is_leaf_name, leaves
 
 __all__ = ["SGD", "Adagrad", "Adam", "OPTIMIZERS", "make_optimizer"]
@@ -174,7 +175,6 @@ class Adam(Optimizer):
         c2 = np.sqrt(1 - self.beta2 ** self.t)
         if all(a.flags.c_contiguous and a.dtype == p.dtype for a in (p, g, m, v)) \
                 and p.dtype in (np.float32, np.float64):
-            from ._kernels.adam import adam_update
             adam_update(p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1),
                         f(self.beta1), f(1 - self.beta1), f(self.beta2),
                         f(1 - self.beta2), f(self.eps * c2), f(self.lr * c2 / c1))

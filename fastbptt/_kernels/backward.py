@@ -153,6 +153,15 @@ def _groups(cell, Zm, Sm, Em, Cm, WT, k, s, B, blas, dH, dZ, dZh, fp, act, lags,
 
 
 @jit(inline="always")
+def _begin(cell, Sm, Zm, WTp, act, lengths, dH, fp):
+    """What every backward driver starts from: B, T, W^T (G H columns of WTp), BLAS
+    scratch; and the cell's preparation (Elman's f')."""
+    B = lengths.shape[0]
+    prepare_fm(cell, Sm, fp, B, act)
+    return B, dH.shape[1] // B, WTp[:, :Zm.shape[0]], scratch(dH)
+
+
+@jit(inline="always")
 def _finish(cell, Sm, WT, T, B, blas, dZ, dZh, X, dW, db, dbh, dh0, dc0):
     """The gradients of W, b (bh), h0 (c0) from the gates' gradients of every step."""
     gemm(WT, dZh[:, :B], dh0, 1.0, 0.0, False, False, blas)
@@ -182,11 +191,7 @@ def backward_sweep(cell, Sm, Zm, Em, Cm, WTp, act, chunk, lengths, dcf, dH, dZ, 
     bias; else empty), dh0 (H, B) and dc0 (H, B) (pass (H, 0) when not needed).
     Padding steps have zero G, so their gradients are zero and they add nothing.
     """
-    B = lengths.shape[0]
-    T = dH.shape[1] // B
-    WT = WTp[:, :Zm.shape[0]]
-    blas = scratch(dH)
-    prepare_fm(cell, Sm, fp, B, act)
+    B, T, WT, blas = _begin(cell, Sm, Zm, WTp, act, lengths, dH, fp)
     _sweep(cell, Zm, Sm, Em, Cm, WT, chunk, B, blas, dH, dZ, dZh, X, fp, act, lengths, dcf)
     _finish(cell, Sm, WT, T, B, blas, dZ, dZh, X, dW, db, dbh, dh0, dc0)
 
@@ -196,11 +201,7 @@ def backward_lag_major(cell, Sm, Zm, Em, Cm, WTp, act, truncate, stride, lengths
                        dZ, dZh, X, fp, lags, dW, db, dbh, dh0, dc0):
     """`backward_sweep` for per-output windows BPTT(k; 1), truncate = k: lag-major (see
     `_lag_major`, whose scratch ``lags`` is)."""
-    B = lengths.shape[0]
-    T = dH.shape[1] // B
-    WT = WTp[:, :Zm.shape[0]]
-    blas = scratch(dH)
-    prepare_fm(cell, Sm, fp, B, act)
+    B, T, WT, blas = _begin(cell, Sm, Zm, WTp, act, lengths, dH, fp)
     _lag_major(cell, Zm, Sm, Em, Cm, WT, truncate, stride, B, blas, dH, dZ, dZh, fp, act, lags,
                X, lengths, dcf)
     _finish(cell, Sm, WT, T, B, blas, dZ, dZh, X, dW, db, dbh, dh0, dc0)
@@ -211,11 +212,7 @@ def backward_groups(cell, Sm, Zm, Em, Cm, WTp, act, truncate, stride, lengths, d
                     dZ, dZh, X, fp, lags, dW, db, dbh, dh0, dc0):
     """`backward_lag_major` for 1 < s < k: one sweep per group of s outputs (`_groups`;
     ``lags`` as there)."""
-    B = lengths.shape[0]
-    T = dH.shape[1] // B
-    WT = WTp[:, :Zm.shape[0]]
-    blas = scratch(dH)
-    prepare_fm(cell, Sm, fp, B, act)
+    B, T, WT, blas = _begin(cell, Sm, Zm, WTp, act, lengths, dH, fp)
     _groups(cell, Zm, Sm, Em, Cm, WT, truncate, stride, B, blas, dH, dZ, dZh, fp, act, lags,
             X, lengths, dcf)
     _finish(cell, Sm, WT, T, B, blas, dZ, dZh, X, dW, db, dbh, dh0, dc0)
