@@ -5,11 +5,12 @@ import numpy as np
 
 from ._accept import accept
 from ._inputs import prepare
-from ._kernels.output import ERRORS, output_backward_fm, output_backward_tm
+from ._kernels.blas import row_sums
+from ._kernels.output import (ERRORS, direction_backward, direction_logits, output_backward_fm,
+                              output_backward_tm)
 from ._results import BPTTResult, ForwardResult, pack_grads
 from ._stack import bias_or_zeros, run_forward, split, steps
 from ._threads import one_blas_thread
-from ._workspace import workspace
 from .params import Layer, Model
 
 __all__ = ["grad", "value_and_grad", "bptt", "forward", "loss"]
@@ -36,9 +37,13 @@ def _errors(problem, fw):
     y_ids, y_dense = _kernel_targets(problem)
     n = problem.T * problem.B
     err = fw.scratch("err", (C, n), problem.dtype)
-    total = ERRORS[problem.loss](fw.top(), fw.plan.narrow, model.V,
+    errT = fw.scratch("errT", (n if fw.plan.narrow else 0, C), problem.dtype)
+    states = fw.top() if _one_forward_top(fw) else _logits_by_direction(problem, fw, err,
+                                                                         errT)
+    total = ERRORS[problem.loss](states, fw.plan.narrow, model.V,
                                  bias_or_zeros(model.c, C, problem.dtype), y_ids, y_dense,
-                                 problem.lengths, err, fw.scratch("sums", (6, n), np.float64))
+                                 problem.lengths, err, errT,
+                                 fw.scratch("sums", (6, n), np.float64))
     return float(total), err
 
 
@@ -51,18 +56,41 @@ def _head_backward(problem, fw, err):
     backward = output_backward_tm if tm else output_backward_fm     # the layout's kernel
     top = fw.dirs[-1]
     fw.convert_states()
-    if len(top) == 1 and not top[0].reverse:
+    if _one_forward_top(fw):
         states = fw.top() if fw.plan.narrow == tm else steps(fw.backward_arrays(top[0])[0],
                                                              tm, H)
         G = fw.gradient_buffers()[0]
         backward(err, states, model.V, G[:, :H] if tm else G, dV, dc)
-    else:
-        width = H * len(top)
-        G = workspace.get("G", (problem.T * problem.B, width) if tm else
-                          (width, problem.T * problem.B), dtype)
-        backward(err, fw.top(), model.V, G, dV, dc)
-        fw.inject(G)
+        return dV, dc
+    for direction, G in zip(top, fw.gradient_buffers()):
+        columns = slice(direction.d * H, (direction.d + 1) * H)
+        idx = fw.idx if direction.reverse else None
+        err_d = fw.scratch("err reordered", err.shape, dtype) if direction.reverse else err
+        direction_backward(err, idx, err_d, steps(fw.backward_arrays(direction)[0], tm, H),
+                           model.V[:, columns], G[:, :H] if tm else G, dV[:, columns], tm)
+    row_sums(err, dc)
     return dV, dc
+
+
+def _one_forward_top(fw):
+    """Whether the top layer is one forward direction (the head reads its states as
+    they are)."""
+    top = fw.dirs[-1]
+    return len(top) == 1 and not top[0].reverse
+
+
+def _logits_by_direction(problem, fw, err, errT):
+    """err <- V h_t summed over the top layer's directions, each product reordered to step
+    order where its direction runs in reverse (`output.direction_logits`); returns None,
+    the states argument of `ERRORS` that says err holds the product."""
+    H = problem.sizes[1]
+    tmp = fw.scratch("logits reordered", err.shape, problem.dtype)
+    for k, direction in enumerate(fw.dirs[-1]):
+        columns = slice(direction.d * H, (direction.d + 1) * H)
+        direction_logits(problem.model.V[:, columns],
+                         steps(direction.states, fw.plan.narrow, H), fw.plan.narrow,
+                         fw.idx if direction.reverse else None, err, errT, tmp, k == 0)
+    return None
 
 
 def _solve(problem):

@@ -280,7 +280,8 @@ def no_kernels(monkeypatch):
                  "to_feature_major", "pad_weights", "gather_inputs", "gather_inputs_part",
                  "scatter_ids", "scatter_ids_part", "project_inputs"):
         monkeypatch.setattr(_stack, name, tripwire)
-    for name in ("output_backward_tm", "output_backward_fm"):
+    for name in ("output_backward_tm", "output_backward_fm", "direction_logits",
+                 "direction_backward", "row_sums"):
         monkeypatch.setattr(api, name, tripwire)
     monkeypatch.setattr(api, "ERRORS", {kind: tripwire for kind in api.ERRORS})
 
