@@ -9,7 +9,8 @@ import pytest
 
 import fastbptt
 from fastbptt import reference
-from models import BACK_FIELDS, IMPLS, OUT_FIELDS, cases, compare, disagreement, params
+from models import (BACK_FIELDS, IMPLS, OUT_FIELDS, Case, cases, compare, disagreement,
+                    params)
 
 TOLERANCE = 1e-10
 
@@ -25,6 +26,19 @@ def test_kernels_match_reference_with_panels(rng, monkeypatch, case):
     from fastbptt import _stack
     monkeypatch.setattr(_stack, "NARROW", 10**9)
     errors = compare(case, rng, IMPLS["kernels"], IMPLS["reference"], B=9)
+    assert max(errors.values()) <= TOLERANCE, errors
+
+
+@pytest.mark.parametrize("cell", ["elman", "lstm", "gru"])
+@pytest.mark.parametrize("directions,truncation", [(1, "full"), (2, "full"), (1, "chunks")])
+def test_token_ids_through_rows_of_U_transposed(rng, kernel_path, cell, directions,
+                                                truncation):
+    """With many steps per token id (T B >= 16 L), a narrow batch gathers each step's
+    gates from the rows of a transposed copy of U (`inputs.gather_inputs`), where the
+    cases above, with their few steps, read U's columns."""
+    case = Case(cell, 1, directions, False, truncation, "tanh", True, True, True, True, True,
+                False)
+    errors = compare(case, rng, IMPLS["kernels"], IMPLS["reference"], B=9, T=30)
     assert max(errors.values()) <= TOLERANCE, errors
 
 
