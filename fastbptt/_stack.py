@@ -28,8 +28,8 @@ from ._kernels.backward import backward_groups, backward_lag_major, backward_swe
 from ._kernels.cells import TAGS
 from ._kernels.directions import permute_steps, reversal_index
 from ._kernels.forward import forward
-from ._kernels.inputs import (EXACT_SUMS, gather_inputs, gather_inputs_part, ids_grads,
-                              input_grads, input_weight_grads, project_inputs, scatter_ids,
+from ._kernels.inputs import (gather_inputs, gather_inputs_part, input_grads,
+                              input_weight_grads, project_inputs, scatter_ids,
                               scatter_ids_part)
 from ._kernels.matvec import pack_panels, pad_weights, padded, paneled, passes
 from ._kernels.narrow import (NARROW, PANELS, backward_narrow, backward_narrow_whole,
@@ -376,15 +376,9 @@ class Forward:
                 run_slices(narrow_weight_grads, row_slices(GH, True), S, dZ, dZh, dW, db, dbh)
                 narrow_h0_grads(self.tag, layer.W, dZh, self.X, *h0s)
             else:
-                ids = direction.ids             # None for dense inputs and upper layers
-                acc = None if ids is None else self.dUT[T * B > EXACT_SUMS]
-                sums = self.scratch("bias sums", (2, GH), np.float64)[:1 + (dbh.size > 0)]
                 backward_narrow_whole(self.tag, S, Z, E, C, Wp, direction.Wc, layer.W,
                                       p.activation, plan.chunk, p.lengths, dcf, buf, dZ, dZh,
-                                      self.X, ids, acc, sums, dW, db, dbh, *h0s)
-                if ids is not None:
-                    ids_grads(acc, self.dUT[0], dU)
-                    return _layer_grads(layer, dU, dW, db, dbh)
+                                      self.X, dW, db, dbh, *h0s)
         else:
             if starts:
                 dh0_t, dc0_t = self.scratch("dh0", (H, B), dtype), \
@@ -423,7 +417,8 @@ class Forward:
             if dX is not None:
                 run_slices(input_grads, row_slices(T * B, self.parallel), dZ, plan.back_tm,
                            src_tm, width, layer.U, dX[direction.d], 0.0)
-        return _layer_grads(layer, dU, dW, db, dbh)
+        return Layer(dU, dW, db if layer.b is not None else None,
+                     dbh if layer.bh is not None else None)
 
     def _lags(self, direction, dH, dZ, dZh):
         """The lag-major pass's scratch (`_kernels.backward._lag_major`)."""
@@ -445,12 +440,6 @@ class Forward:
         zh = z if dZh is dZ else self.scratch("lag zh", (GH, n), p.dtype)
         return (prev, h, z, zh, self.scratch("lag xp", (H, n), p.dtype),
                 self.scratch("lag xn", (H, n), p.dtype))
-
-
-def _layer_grads(layer, dU, dW, db, dbh):
-    """A `Layer` of gradients, None where the layer has no such bias."""
-    return Layer(dU, dW, db if layer.b is not None else None,
-                 dbh if layer.bh is not None else None)
 
 
 def _finals_of_empty(p, s, dh_final, dc_final, dh0, dc0):

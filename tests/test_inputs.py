@@ -277,8 +277,8 @@ def no_kernels(monkeypatch):
         raise AssertionError("a kernel ran before validation rejected the call")
     for name in ("forward", "forward_narrow", "backward_sweep", "backward_lag_major",
                  "backward_narrow", "narrow_weight_grads", "pack_panels", "backward_narrow_whole",
-                 "ids_grads", "to_feature_major", "pad_weights", "gather_inputs",
-                 "gather_inputs_part", "scatter_ids", "scatter_ids_part", "project_inputs"):
+                 "to_feature_major", "pad_weights", "gather_inputs", "gather_inputs_part",
+                 "scatter_ids", "scatter_ids_part", "project_inputs"):
         monkeypatch.setattr(_stack, name, tripwire)
     for name in ("output_backward_tm", "output_backward_fm", "direction_logits",
                  "direction_backward", "row_sums"):

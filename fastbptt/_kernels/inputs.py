@@ -185,16 +185,6 @@ def scatter_ids(delta_tm, delta_fm, x_ids, dU, dUT, dUT64):
 
 
 @jit
-def ids_grads(acc, dUT, dU):
-    """dU (H, L) <- the sums a backward pass made in acc (L, N): dUT itself (dU's dtype)
-    or float64 sums, rounded into dUT first."""
-    H, L = dU.shape
-    if acc.ctypes.data != dUT.ctypes.data:
-        copy_rows(dUT[:, :H], acc[:, :H])
-    transpose_into(dUT[:, :H], dU[:, 0:L])
-
-
-@jit
 def scatter_ids_part(delta_tm, delta_fm, x_ids, dU, dUT, dUT64, c0, c1):
     """`scatter_ids` into rows c0 ... c1-1 of dU, for a batch that runs on several
     threads (calls for disjoint rows run at once)."""

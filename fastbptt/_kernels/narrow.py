@@ -101,7 +101,7 @@ def to_feature_major(seqs, hs):
 
 @jit(inline="always")
 def _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, dZ, dZh, X,
-                    ids, acc, sums, b0, b1):
+                    b0, b1):
     """The gates' gradients of sequences b0 ... b1-1 by one backward sweep per sequence,
     cut at chunk starts (the other sequences' rows are left alone, so that calls for
     disjoint ranges can run at once); `narrow_weight_grads` then sums them.
@@ -117,12 +117,6 @@ def _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, d
     (exactly one of the two, as for `forward_narrow`'s WTp and WTc). X (B, N)
     receives the carries into h0 (rows b0 ... b1-1). Padding steps have zero G, so their
     gradients are zero and they add nothing.
-
-    sums (1 or 2, NG) float64, or None: each step's dZ row is added, as it is made and
-    while it is in cache, to the row of acc (L, NG) (float32 or float64) at its token id
-    for token ids (T B,), else (ids None) to sums[0], and dZh's to sums[1] when there is
-    one: dU^T and the biases' gradients without reading dZ again
-    (`backward_narrow_whole` zeroes them first and sums acc's rows into sums[0]).
     """
     T, B, N = S.shape[0] - 1, S.shape[1], S.shape[2]
     GH, H = W.shape
@@ -148,14 +142,6 @@ def _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, d
             if dcf.shape[0] and lengths[b] == t + 1:
                 add_row(X[b, :H], dcf[b])
             backward_tm(cell, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act)
-            if sums is not None:
-                r = t * B + b
-                if ids is not None:
-                    add_row(acc[ids[r], :GH], dZ[r, :GH])
-                else:
-                    add_row(sums[0, :GH], dZ[r, :GH])
-                if sums.shape[0] > 1:
-                    add_row(sums[1, :GH], dZh[r, :GH])
 
 
 @jit(inline="always")
@@ -188,7 +174,7 @@ def backward_narrow(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, d
                     b0, b1):
     """`_backward_steps`: the slice b0 ... b1-1 of a batch that runs on several threads."""
     _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, dZ, dZh, X,
-                    None, None, None, b0, b1)
+                    b0, b1)
 
 
 @jit
@@ -205,30 +191,13 @@ def narrow_h0_grads(cell, W, dZh, X, dh0, dc0):
 
 @jit
 def backward_narrow_whole(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, dZ,
-                          dZh, X, ids, acc, sums, dW, db, dbh, dh0, dc0):
+                          dZh, X, dW, db, dbh, dh0, dc0):
     """The backward pass of a narrow batch on one thread: `_backward_steps` for every
-    sequence, summing the biases' gradients into sums (1 or 2, NG) float64 (2 when dbh,
-    the GRU's hidden-side bias, is not empty) and, for token ids (else None), dU^T into
-    acc (L, NG) as it goes; then dW and `_h0_grads`, in one function (one call from
-    Python, and one function to compile). Summing as the steps are made, instead of in
-    two passes over dZ afterwards, made G1 (an LSTM) and G2 (a GRU) about 1% faster."""
-    sums[:] = 0
-    if ids is not None:
-        acc[:] = 0
+    sequence, then `_weight_grads` and `_h0_grads`, in one function (one call from
+    Python, and one function to compile)."""
     _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, dZ, dZh, X,
-                    ids, acc, sums, 0, S.shape[1])
-    T, B, N = S.shape[0] - 1, S.shape[1], S.shape[2]
-    GH, H = W.shape
-    before = S.reshape((T + 1) * B, N)[:T * B, :H]
-    gemm(dZh[:, :GH], before, dW, 1.0, 0.0, True, False, scratch(dW))  # sum dZh_t h_{t-1}^T
-    if ids is not None:             # the sum of the steps' dZ is that of acc's rows
-        for v in range(acc.shape[0]):
-            add_row(sums[0, :GH], acc[v, :GH])
-    for i in range(GH):
-        db[i] = sums[0, i]
-    if dbh.size:
-        for i in range(GH):
-            dbh[i] = sums[1, i]
+                    0, S.shape[1])
+    _weight_grads(S, dZ, dZh, dW, db, dbh, 0, W.shape[0])
     _h0_grads(cell, W, dZh, X, dh0, dc0)
 
 
