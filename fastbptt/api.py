@@ -37,7 +37,8 @@ def _errors(problem, fw):
     y_ids, y_dense = _kernel_targets(problem)
     n = problem.T * problem.B
     err = fw.scratch("err", (C, n), problem.dtype)
-    errT = fw.scratch("errT", (n if fw.plan.narrow else 0, C), problem.dtype)
+    errT = fw.scratch("errT", (n if fw.plan.narrow and problem.dtype == np.float32 else 0, C),
+                      problem.dtype)
     states = fw.top() if _one_forward_top(fw) else _logits_by_direction(problem, fw, err,
                                                                          errT)
     total = ERRORS[problem.loss](states, fw.plan.narrow, model.V,

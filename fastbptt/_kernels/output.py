@@ -29,16 +29,18 @@ def _exp_shifted_sum(row, shift, sums):
 
 @jit(inline="always")
 def logits_product(V, states, time_major, out, outT):
-    """out (C, T B) <- V h_t for every step. Time-major states, (T B, H), go through
-    outT (T B, C), h_t^T V^T, and a transpose: OpenBLAS runs that product 10 to 15%
-    faster than V states^T at C = 65 (H = 256 and 512, T B = 3200, one thread), which
-    more than pays for the transpose. Feature-major states, (H, T B), need neither."""
+    """out (C, T B) <- V h_t for every step. Time-major float32 states, (T B, H), go
+    through outT (T B, C), h_t^T V^T, and a transpose: OpenBLAS's sgemm runs that product
+    10 to 15% faster than V states^T at C = 65 (H = 256 and 512, T B = 3200, one
+    thread), and twice as fast at C = 16, H = 1024, which more than pays for the
+    transpose; its dgemm runs it slower (27% at C = 65, H = 128, T B = 3200). Feature-major
+    states, (H, T B), and float64 ones need neither (outT may be empty)."""
     blas = scratch(out)
-    if time_major:
+    if time_major and out.itemsize == 4:
         gemm(states, V, outT, 1.0, 0.0, False, True, blas)
         transpose_into(outT, out)
     else:
-        gemm(V, states, out, 1.0, 0.0, False, False, blas)
+        gemm(V, states, out, 1.0, 0.0, False, time_major, blas)
 
 
 @jit(inline="always")
@@ -99,7 +101,7 @@ def softmax_ce_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, er
     None and err holds V h_t on entry (the directions' sum, `direction_logits`).
     V (C, H); c (C,) (zeros for no bias). Targets are y_ids (T B,) with -1 = no loss, or
     y_dense (C, T B); the other is None. Columns at padding steps (t >= lengths[b]) and
-    with id -1 get zero error and no loss. errT (T B, C) is scratch for time-major
+    with id -1 get zero error and no loss. errT (T B, C) is scratch for time-major float32
     states (`logits_product`). cols (6, T B) float64 is scratch for
     per-column values. The log-sum-exp of each column is shifted by its largest logit.
     """
