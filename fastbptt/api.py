@@ -37,14 +37,10 @@ def _errors(problem, fw):
     y_ids, y_dense = _kernel_targets(problem)
     n = problem.T * problem.B
     err = fw.scratch("err", (C, n), problem.dtype)
-    errT = fw.scratch("errT", (n if fw.plan.narrow and problem.dtype == np.float32 else 0, C),
-                      problem.dtype)
-    states = fw.top() if _one_forward_top(fw) else _logits_by_direction(problem, fw, err,
-                                                                         errT)
+    states = fw.top() if _one_forward_top(fw) else _logits_by_direction(problem, fw, err)
     total = ERRORS[problem.loss](states, fw.plan.narrow, model.V,
                                  bias_or_zeros(model.c, C, problem.dtype), y_ids, y_dense,
-                                 problem.lengths, err, errT,
-                                 fw.scratch("sums", (6, n), np.float64))
+                                 problem.lengths, err, fw.scratch("sums", (6, n), np.float64))
     return float(total), err
 
 
@@ -80,7 +76,7 @@ def _one_forward_top(fw):
     return len(top) == 1 and not top[0].reverse
 
 
-def _logits_by_direction(problem, fw, err, errT):
+def _logits_by_direction(problem, fw, err):
     """err <- V h_t summed over the top layer's directions, each product reordered to step
     order where its direction runs in reverse (`output.direction_logits`); returns None,
     the states argument of `ERRORS` that says err holds the product."""
@@ -90,7 +86,7 @@ def _logits_by_direction(problem, fw, err, errT):
         columns = slice(direction.d * H, (direction.d + 1) * H)
         direction_logits(problem.model.V[:, columns],
                          steps(direction.states, fw.plan.narrow, H), fw.plan.narrow,
-                         fw.idx if direction.reverse else None, err, errT, tmp, k == 0)
+                         fw.idx if direction.reverse else None, err, tmp, k == 0)
     return None
 
 

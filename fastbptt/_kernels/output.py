@@ -7,7 +7,7 @@ rows, over all steps and sequences, so the loops vectorize.
 import numpy as np
 
 from ._jit import jit
-from .blas import gemm, row_sums, scratch, transpose_into
+from .blas import gemm, row_sums, scratch
 from .mathfuncs import exp_neg32
 
 SOFTMAX_CE, MSE = 0, 1
@@ -28,29 +28,13 @@ def _exp_shifted_sum(row, shift, sums):
 
 
 @jit(inline="always")
-def logits_product(V, states, time_major, out, outT):
-    """out (C, T B) <- V h_t for every step. Time-major float32 states, (T B, H), go
-    through outT (T B, C), h_t^T V^T, and a transpose: OpenBLAS's sgemm runs that product
-    10 to 15% faster than V states^T at C = 65 (H = 256 and 512, T B = 3200, one
-    thread), and twice as fast at C = 16, H = 1024, which more than pays for the
-    transpose; its dgemm runs it slower (27% at C = 65, H = 128, T B = 3200). Feature-major
-    states, (H, T B), and float64 ones need neither (outT may be empty)."""
-    blas = scratch(out)
-    if time_major and out.itemsize == 4:
-        gemm(states, V, outT, 1.0, 0.0, False, True, blas)
-        transpose_into(outT, out)
-    else:
-        gemm(V, states, out, 1.0, 0.0, False, time_major, blas)
-
-
-@jit(inline="always")
-def _logits(states, time_major, V, c, y_ids, lengths, err, errT, valid):
+def _logits(states, time_major, V, c, y_ids, lengths, err, valid):
     """err <- V h_t + c for every step; valid <- 1 where a step has a loss (before its
     sequence's end, and an id other than -1), else 0."""
     C, n = err.shape
     B = lengths.shape[0]
     if states is not None:          # else err holds V h_t already (`direction_logits`)
-        logits_product(V, states, time_major, err, errT)
+        gemm(V, states, err, 1.0, 0.0, False, time_major, scratch(err))
     for t in range(n // B):
         for b in range(B):
             valid[t * B + b] = 1.0 if t < lengths[b] else 0.0
@@ -70,11 +54,11 @@ def _logits(states, time_major, V, c, y_ids, lengths, err, errT, valid):
 # first call with every branch compiled, 1.3 s without).
 
 @jit
-def mse_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, errT, cols):
+def mse_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, cols):
     """`softmax_ce_errors` for the squared error."""
     C, n = err.shape
     valid = cols[0]
-    _logits(states, time_major, V, c, y_ids, lengths, err, errT, valid)
+    _logits(states, time_major, V, c, y_ids, lengths, err, valid)
     total = 0.0
     for i in range(C):
         row = err[i]
@@ -93,7 +77,7 @@ def mse_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, errT, col
 
 
 @jit
-def softmax_ce_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, errT, cols):
+def softmax_ce_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, cols):
     """Return the summed loss (float64) and write e = dL/do into err (C, T B).
 
     states holds h_1 ... h_T of every sequence, step t of sequence b at index t B + b:
@@ -101,13 +85,12 @@ def softmax_ce_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, er
     None and err holds V h_t on entry (the directions' sum, `direction_logits`).
     V (C, H); c (C,) (zeros for no bias). Targets are y_ids (T B,) with -1 = no loss, or
     y_dense (C, T B); the other is None. Columns at padding steps (t >= lengths[b]) and
-    with id -1 get zero error and no loss. errT (T B, C) is scratch for time-major float32
-    states (`logits_product`). cols (6, T B) float64 is scratch for
+    with id -1 get zero error and no loss. cols (6, T B) float64 is scratch for
     per-column values. The log-sum-exp of each column is shifted by its largest logit.
     """
     C, n = err.shape
     valid, top, total_w, picked, s, log_z = cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]
-    _logits(states, time_major, V, c, y_ids, lengths, err, errT, valid)
+    _logits(states, time_major, V, c, y_ids, lengths, err, valid)
     row = err[0]
     for j in range(n):
         top[j] = row[j]
@@ -185,15 +168,16 @@ def output_backward_fm(err, states, V, G, dV, dc):
 # C-row products are reordered, not the states or their gradients (H rows each).
 
 @jit
-def direction_logits(V, states, time_major, idx, err, errT, tmp, first):
+def direction_logits(V, states, time_major, idx, err, tmp, first):
     """err (C, T B) <- V h_t of one direction (added when not ``first``), its states in
     its own step order; idx the reversal (`directions.reversal_index`) for a reverse
-    direction, whose product goes through tmp (C, T B) and is reordered, else None.
-    errT as in `logits_product`. A forward direction comes first (it is direction 0)."""
+    direction, whose product goes through tmp (C, T B) and is reordered, else None. A
+    forward direction comes first (it is direction 0)."""
+    blas = scratch(err)
     if idx is None:
-        logits_product(V, states, time_major, err, errT)
+        gemm(V, states, err, 1.0, 0.0, False, time_major, blas)
         return
-    logits_product(V, states, time_major, tmp, errT)
+    gemm(V, states, tmp, 1.0, 0.0, False, time_major, blas)
     for i in range(err.shape[0]):
         row, src = err[i], tmp[i]
         if first:
