@@ -37,7 +37,11 @@ def _errors(problem, fw):
     y_ids, y_dense = _kernel_targets(problem)
     n = problem.T * problem.B
     err = fw.scratch("err", (C, n), problem.dtype)
-    states = fw.top() if _one_forward_top(fw) else _logits_by_direction(problem, fw, err)
+    states = None                   # err then holds V h_t already
+    if _one_forward_top(fw):
+        states = fw.top()
+    else:
+        _logits_by_direction(problem, fw, err)
     total = ERRORS[problem.loss](states, fw.plan.narrow, model.V,
                                  bias_or_zeros(model.c, C, problem.dtype), y_ids, y_dense,
                                  problem.lengths, err, fw.scratch("sums", (6, n), np.float64))
@@ -78,8 +82,7 @@ def _one_forward_top(fw):
 
 def _logits_by_direction(problem, fw, err):
     """err <- V h_t summed over the top layer's directions, each product reordered to step
-    order where its direction runs in reverse (`output.direction_logits`); returns None,
-    the states argument of `ERRORS` that says err holds the product."""
+    order where its direction runs in reverse (`output.direction_logits`)."""
     H = problem.sizes[1]
     tmp = fw.scratch("logits reordered", err.shape, problem.dtype)
     for k, direction in enumerate(fw.dirs[-1]):
@@ -87,7 +90,6 @@ def _logits_by_direction(problem, fw, err):
         direction_logits(problem.model.V[:, columns],
                          steps(direction.states, fw.plan.narrow, H), fw.plan.narrow,
                          fw.idx if direction.reverse else None, err, tmp, k == 0)
-    return None
 
 
 def _solve(problem):

@@ -8,6 +8,7 @@ import numpy as np
 
 from ._jit import jit
 from .blas import gemm, row_sums, scratch
+from .directions import permute_steps
 from .mathfuncs import exp_neg32
 
 SOFTMAX_CE, MSE = 0, 1
@@ -178,14 +179,7 @@ def direction_logits(V, states, time_major, idx, err, tmp, first):
         gemm(V, states, err, 1.0, 0.0, False, time_major, blas)
         return
     gemm(V, states, tmp, 1.0, 0.0, False, time_major, blas)
-    for i in range(err.shape[0]):
-        row, src = err[i], tmp[i]
-        if first:
-            for j in range(idx.shape[0]):
-                row[j] = src[idx[j]]
-        else:
-            for j in range(idx.shape[0]):
-                row[j] += src[idx[j]]
+    permute_steps(tmp, err, idx, False, not first)
 
 
 @jit
@@ -196,10 +190,7 @@ def direction_backward(err, idx, err_d, states, V, G, dV, time_major):
     time-major (T B, H) when ``time_major``, else feature-major (H, T B)."""
     e = err
     if idx is not None:
-        for i in range(err.shape[0]):
-            row, src = err_d[i], err[i]
-            for j in range(idx.shape[0]):
-                row[j] = src[idx[j]]
+        permute_steps(err, err_d, idx, False, False)
         e = err_d
     blas = scratch(err)
     if time_major:
