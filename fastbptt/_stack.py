@@ -504,17 +504,20 @@ def _combine(fw, l, below, dX):
 
 
 def _user_dx(fw, dX):
-    """dL/dx (B, T, L) from layer 0's U^T delta of each direction (feature-major, each
-    in its direction's step order)."""
+    """dL/dx (B, T, L) from layer 0's U^T delta of each direction (in x's layout of
+    `_dense_x`, each in its direction's step order)."""
     p = fw.problem
     dirs = fw.dirs[0]
     L = p.sizes[0]
+    tm = dirs[0].src_tm
     total = dX[0]
     if dirs[0].reverse:
         total = workspace.get("dx", dX[0].shape, p.dtype)
-        permute_steps(dX[0], total, fw.idx, False, False)
+        permute_steps(dX[0], total, fw.idx, tm, False)
     for k in range(1, len(dirs)):
-        permute_steps(dX[k], total, fw.idx, False, True)
+        permute_steps(dX[k], total, fw.idx, tm, True)
+    if tm:
+        return np.ascontiguousarray(total.reshape(p.T, p.B, L).transpose(1, 0, 2))
     return np.ascontiguousarray(total.reshape(L, p.T, p.B).transpose(2, 1, 0))
 
 
@@ -538,11 +541,18 @@ def _natural_output(fw, l, name):
     return out
 
 
-def _dense_x(p, store):
-    """The caller's dense x (B, T, L) as a feature-major state-like array (L, T+1, B)."""
+def _dense_x(p, store, time_major):
+    """The caller's dense x (B, T, L) as a state-like array: time-major (T+1, B, L) or
+    feature-major (L, T+1, B). Time-major moves whole rows of L features, feature-major
+    every number on its own: at B 32, T 100, L 65 float32, 0.035 against 0.11 ms (and
+    0.036 against 0.16 ms to bring dx back, `_user_dx`)."""
     L = p.sizes[0]
-    xs = store.get("x", (L, p.T + 1, p.B), p.dtype)
-    xs[:, 1:] = p.x.transpose(2, 1, 0)
+    if time_major:
+        xs = store.get("x", (p.T + 1, p.B, L), p.dtype)
+        xs[1:] = p.x.transpose(1, 0, 2)
+    else:
+        xs = store.get("x", (L, p.T + 1, p.B), p.dtype)
+        xs[:, 1:] = p.x.transpose(2, 1, 0)
     return xs
 
 
@@ -634,7 +644,9 @@ def _run_forward(problem, store, parallel):
     fw.c_final = c_final = np.empty((S, B, H), dtype) if p.cell == "lstm" else fw.no_c_final
     fw.idx = idx
     x_ids = p.x.T.reshape(-1) if p.ids else None
-    x_dense = None if p.ids else _dense_x(p, store)
+    # dense x time-major where the backward pass is: its input-side products then take
+    # x's rows as the layers above take the states below
+    x_dense = None if p.ids else _dense_x(p, store, plan.back_tm)
     gru = p.cell == "gru"
     for l, layers in enumerate(p.model.layers):
         below = None
@@ -659,7 +671,7 @@ def _run_forward(problem, store, parallel):
                     gather_inputs(direction.ids, layer.U, direction.UT, bias, *outs)
             else:
                 if l == 0:
-                    src, width, src_tm = x_dense, L, False
+                    src, width, src_tm = x_dense, L, plan.back_tm
                 else:
                     src, width, src_tm = below
                 if direction.reverse:
