@@ -646,7 +646,8 @@ def _run_forward(problem, store, parallel):
     x_ids = p.x.T.reshape(-1) if p.ids else None
     # dense x time-major where the backward pass is: its input-side products then take
     # x's rows as the layers above take the states below
-    x_dense = None if p.ids else _dense_x(p, store, plan.back_tm)
+    x_tm = plan.back_tm
+    x_dense = None if p.ids else _dense_x(p, store, x_tm)
     gru = p.cell == "gru"
     for l, layers in enumerate(p.model.layers):
         below = None
@@ -671,7 +672,7 @@ def _run_forward(problem, store, parallel):
                     gather_inputs(direction.ids, layer.U, direction.UT, bias, *outs)
             else:
                 if l == 0:
-                    src, width, src_tm = x_dense, L, plan.back_tm
+                    src, width, src_tm = x_dense, L, x_tm
                 else:
                     src, width, src_tm = below
                 if direction.reverse:
