@@ -50,18 +50,8 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
     None: Numba drops a branch on ``is not None`` only for an argument that is None, so
     a call compiles only the product it takes.
     """
-    T, N = S.shape[0] - 1, S.shape[2]
     H = h0.shape[1]
-    lstm = C.shape[2] > 0
-    if N > H:                       # the padding columns
-        for t in range(T + 1):
-            S[t, b0:b1, H:] = 0
-            if lstm:
-                C[t, b0:b1, H:] = 0
-    for b in range(b0, b1):
-        copy_row(S[0, b, :H], h0[b])
-        if lstm:
-            copy_row(C[0, b, :H], c0[b])
+    start_narrow(h0, c0, S, C, b0, b1)
     apart = Hid.shape[1] > 0
     GH = bh.shape[0]
     groups = passes(b1 - b0)
@@ -78,11 +68,37 @@ def forward_narrow(cell, WTp, WTc, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_
             rows_axpy(WTp, S[t, b0:b1, :H], target[b0:b1, 0:NG], t * groups % 2 == 1)
         for b in range(b0, b1):
             if t < lengths[b]:
-                forward_tm(cell, Z, S, E, C, Hid, t, b, H, act)
+                forward_tm(cell, Z, S, E, C, Hid, t, b, H, act, 0, H)
             else:                   # past its end: kept at zero, so nothing grows there
                 S[t + 1, b] = 0
                 C[t + 1, b] = 0
-    for b in range(b0, b1):         # padding steps: zeros, which the backward pass reads
+    finish_narrow(lengths, Z, S, E, C, h_final, c_final, b0, b1)
+
+
+@jit(inline="always")
+def start_narrow(h0, c0, S, C, b0, b1):
+    """Sequences b0 ... b1-1 of `forward_narrow`'s S and C: zero padding columns, and
+    h0 and c0 (LSTM) in step 0."""
+    T, N = S.shape[0] - 1, S.shape[2]
+    H = h0.shape[1]
+    lstm = C.shape[2] > 0
+    if N > H:                       # the padding columns
+        for t in range(T + 1):
+            S[t, b0:b1, H:] = 0
+            if lstm:
+                C[t, b0:b1, H:] = 0
+    for b in range(b0, b1):
+        copy_row(S[0, b, :H], h0[b])
+        if lstm:
+            copy_row(C[0, b, :H], c0[b])
+
+
+@jit(inline="always")
+def finish_narrow(lengths, Z, S, E, C, h_final, c_final, b0, b1):
+    """Sequences b0 ... b1-1 after `forward_narrow`'s steps: their final states, and
+    zeros in every step past their ends, which the backward pass reads."""
+    H = h_final.shape[1]
+    for b in range(b0, b1):
         copy_row(h_final[b], S[lengths[b], b, :H])
         zero_steps_after(S, b, lengths[b] + 1)
         zero_steps_after(Z, b, lengths[b] + 1)
@@ -141,7 +157,7 @@ def _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, d
         for b in range(b0, b1):
             if dcf.shape[0] and lengths[b] == t + 1:
                 add_row(X[b, :H], dcf[b])
-            backward_tm(cell, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act)
+            backward_tm(cell, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act, 0, H)
 
 
 @jit(inline="always")

@@ -13,13 +13,14 @@ loop over is contiguous and vectorizes (a view of a block would not be known to 
 step arrays (Zm, Sm, Em, Cm) at columns cs ... (the step before at cs - B), gradient
 arrays (dH, dZ, dZh, fp) at cd ..., the carry X at cx ..., n columns
 (one step's B, or every step's in lag-major passes). Time-major ones take the 3-D state
-arrays (steps as rows of the gradient arrays) and a step t and sequence b, and read
-only the rows they need.
+arrays (steps as rows of the gradient arrays), a step t and sequence b, and the units
+j0 ... j1-1 to work on (0 ... H, or one thread's part when threads split the units,
+`..narrow_units`), and read only the rows and units they need.
 - ``prepare_fm(Sm, fp, B, act)``: before a feature-major backward pass (Elman's f').
 - ``forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf)`` and
-  ``forward_tm(Z, S, E, C, Hid, t, b, H, act)``: the step from its gates.
+  ``forward_tm(Z, S, E, C, Hid, t, b, H, act, j0, j1)``: the step from its gates.
 - ``backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total, add)`` and
-  ``backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act)``: from dH = dL/dh_t (the
+  ``backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act, j0, j1)``: from dH = dL/dh_t (the
   injected gradient plus W^T dZh_{t+1}) and the cell's own carry X from step t + 1
   (zero where truncation cuts it), the input-side gradients dZ of the gates, the
   hidden-side ones dZh, and in X, in place, the carry to step t - 1. A cell whose
@@ -84,7 +85,7 @@ def forward_fm(tag, Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
     _stub(tag)
 
 
-def forward_tm(tag, Z, S, E, C, Hid, t, b, H, act):
+def forward_tm(tag, Z, S, E, C, Hid, t, b, H, act, j0, j1):
     _stub(tag)
 
 
@@ -92,7 +93,7 @@ def backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, 
     _stub(tag)
 
 
-def backward_tm(tag, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
+def backward_tm(tag, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act, j0, j1):
     _stub(tag)
 
 
@@ -118,9 +119,10 @@ def _forward_fm(tag, Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
 
 
 @_step_hook(forward_tm)
-def _forward_tm(tag, Z, S, E, C, Hid, t, b, H, act):
+def _forward_tm(tag, Z, S, E, C, Hid, t, b, H, act, j0, j1):
     impl = _module(tag).forward_tm
-    return lambda tag, Z, S, E, C, Hid, t, b, H, act: impl(Z, S, E, C, Hid, t, b, H, act)
+    return lambda tag, Z, S, E, C, Hid, t, b, H, act, j0, j1: impl(Z, S, E, C, Hid, t, b, H,
+                                                                   act, j0, j1)
 
 
 @overload(backward_fm)
@@ -134,11 +136,11 @@ def _backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act,
 
 
 @_step_hook(backward_tm)
-def _backward_tm(tag, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
+def _backward_tm(tag, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act, j0, j1):
     impl = _module(tag).backward_tm
 
-    def call(tag, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
-        impl(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act)
+    def call(tag, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act, j0, j1):
+        impl(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act, j0, j1)
 
     return call
 

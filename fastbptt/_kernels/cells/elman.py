@@ -25,9 +25,9 @@ def forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
 
 
 @jit(inline="always")
-def forward_tm(Z, S, E, C, Hid, t, b, H, act):
-    """h = f(a) on sequence b's row of step t, in place (Z is S)."""
-    activate_vector(S[t + 1, b, :H], act)
+def forward_tm(Z, S, E, C, Hid, t, b, H, act, j0, j1):
+    """h = f(a) on units j0 ... j1-1 of sequence b's row of step t, in place (Z is S)."""
+    activate_vector(S[t + 1, b, j0:j1], act)
 
 
 @jit(inline="always")
@@ -72,11 +72,12 @@ def _mul(row, f):
 
 
 @jit(inline="always")
-def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
-    """delta = dL/dh * f'(a) in place on sequence b's row of step t (dZ and dZh are dH)."""
+def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act, j0, j1):
+    """delta = dL/dh * f'(a) in place on units j0 ... j1-1 of sequence b's row of step t
+    (dZ and dZh are dH)."""
     dh = dH[t * B + b]
     s = S[t + 1, b]
-    for i in range(H):
+    for i in range(j0, j1):
         dh[i] *= derivative(s[i], act)
 
 

@@ -33,8 +33,11 @@ def _candidate(zr, zn, e, hn):
 
 @jit(inline="always")
 def _mix(zz, zn, hp, h):
+    """h = (1 - u) n + u h_{t-1}, in two loops, as the LSTM's `lstm._cell`."""
     for j in range(h.shape[0]):
-        h[j] = (1 - zz[j]) * zn[j] + zz[j] * hp[j]
+        h[j] = (1 - zz[j]) * zn[j]
+    for j in range(h.shape[0]):
+        h[j] += zz[j] * hp[j]
 
 
 @jit(inline="always")
@@ -75,14 +78,17 @@ def forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
 
 
 @jit(inline="always")
-def forward_tm(Z, S, E, C, Hid, t, b, H, act):
+def forward_tm(Z, S, E, C, Hid, t, b, H, act, j0, j1):
     z = Z[t + 1, b]
     hid = Hid[b]
-    add_row(z[:2 * H], hid[:2 * H])                 # r, u: inputs' and hidden parts
-    sigmoid_in_place(z[:2 * H])
-    _candidate(z[:H], z[2 * H:3 * H], E[t + 1, b, :H], hid[2 * H:3 * H])
-    tanh_in_place(z[2 * H:3 * H])                   # n
-    _mix(z[H:2 * H], z[2 * H:3 * H], S[t, b, :H], S[t + 1, b, :H])
+    r, u, n = z[j0:j1], z[H + j0:H + j1], z[2 * H + j0:2 * H + j1]
+    add_row(r, hid[j0:j1])                          # r, u: inputs' and hidden parts
+    add_row(u, hid[H + j0:H + j1])
+    sigmoid_in_place(r)
+    sigmoid_in_place(u)
+    _candidate(r, n, E[t + 1, b, j0:j1], hid[2 * H + j0:2 * H + j1])
+    tanh_in_place(n)
+    _mix(u, n, S[t, b, j0:j1], S[t + 1, b, j0:j1])
 
 
 @jit(inline="always")
@@ -101,14 +107,17 @@ def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total
 
 
 @jit(inline="always")
-def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
+def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act, j0, j1):
     z = Z[t + 1, b]
     dz = dZ[t * B + b]
     dzh = dZh[t * B + b]
-    _backward(dH[t * B + b, :H], z[:H], z[H:2 * H], z[2 * H:3 * H], S[t, b, :H],
-              E[t + 1, b, :H], X[b, :H], dz[:H], dz[H:2 * H], dz[2 * H:3 * H],
-              dzh[2 * H:3 * H])
-    copy_row(dzh[:2 * H], dz)
+    r, u, n = j0, H + j0, 2 * H + j0
+    m = j1 - j0
+    _backward(dH[t * B + b, j0:j1], z[r:r + m], z[u:u + m], z[n:n + m], S[t, b, j0:j1],
+              E[t + 1, b, j0:j1], X[b, j0:j1], dz[r:r + m], dz[u:u + m], dz[n:n + m],
+              dzh[n:n + m])
+    copy_row(dzh[r:r + m], dz[r:r + m])
+    copy_row(dzh[u:u + m], dz[u:u + m])
 
 
 @jit(inline="always")

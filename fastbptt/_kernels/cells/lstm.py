@@ -26,8 +26,14 @@ SUMS = False       # backward_fm does not add to the lag-major sum itself
 
 @jit(inline="always")
 def _cell(zi, zf, zg, cp, c):
+    """c = f c_{t-1} + i g, in two loops: each sum then has one product that a fused
+    multiply-add can take, so every driver that inlines this rounds it alike (a sum of
+    two products may be fused either way, and LLVM chose differently in different
+    drivers)."""
     for j in range(c.shape[0]):
-        c[j] = zf[j] * cp[j] + zi[j] * zg[j]
+        c[j] = zi[j] * zg[j]
+    for j in range(c.shape[0]):
+        c[j] += zf[j] * cp[j]
 
 
 @jit(inline="always")
@@ -75,14 +81,16 @@ def forward_fm(Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
 
 
 @jit(inline="always")
-def forward_tm(Z, S, E, C, Hid, t, b, H, act):
+def forward_tm(Z, S, E, C, Hid, t, b, H, act, j0, j1):
     z = Z[t + 1, b]
-    sigmoid_in_place(z[:2 * H])                     # i, f
-    tanh_in_place(z[2 * H:3 * H])                   # g
-    sigmoid_in_place(z[3 * H:4 * H])                # o
-    _cell(z[:H], z[H:2 * H], z[2 * H:3 * H], C[t, b, :H], C[t + 1, b, :H])
-    tanh_into(C[t + 1, b, :H], E[t + 1, b, :H])
-    _product(S[t + 1, b, :H], E[t + 1, b, :H], z[3 * H:4 * H])
+    i, f, g, o = z[j0:j1], z[H + j0:H + j1], z[2 * H + j0:2 * H + j1], z[3 * H + j0:3 * H + j1]
+    sigmoid_in_place(i)
+    sigmoid_in_place(f)
+    tanh_in_place(g)
+    sigmoid_in_place(o)
+    _cell(i, f, g, C[t, b, j0:j1], C[t + 1, b, j0:j1])
+    tanh_into(C[t + 1, b, j0:j1], E[t + 1, b, j0:j1])
+    _product(S[t + 1, b, j0:j1], E[t + 1, b, j0:j1], o)
 
 
 @jit(inline="always")
@@ -99,13 +107,15 @@ def backward_fm(dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total
 
 
 @jit(inline="always")
-def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act):
+def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act, j0, j1):
     z = Z[t + 1, b]
     r = t * B + b
     dz = dZ[r]
-    _backward(dH[r, :H], z[:H], z[H:2 * H], z[2 * H:3 * H], z[3 * H:4 * H],
-              E[t + 1, b, :H], C[t, b, :H], X[b, :H], dz[:H], dz[H:2 * H], dz[2 * H:3 * H],
-              dz[3 * H:4 * H])
+    i, f, g, o = j0, H + j0, 2 * H + j0, 3 * H + j0
+    n = j1 - j0
+    _backward(dH[r, j0:j1], z[i:i + n], z[f:f + n], z[g:g + n], z[o:o + n],
+              E[t + 1, b, j0:j1], C[t, b, j0:j1], X[b, j0:j1], dz[i:i + n], dz[f:f + n],
+              dz[g:g + n], dz[o:o + n])
 
 
 @jit(inline="always")
