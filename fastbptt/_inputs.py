@@ -55,6 +55,7 @@ class Problem:
     reverse: bool = False            # layer calls: run the layer from each sequence's end
     narrow: Optional[bool] = None    # the kernel path, once `_stack._narrow` has chosen it
     slices: Optional[tuple] = None   # with it, the narrow batch's slices (`batch_slices`)
+    units: Optional[tuple] = None    # and the threads' ranges of units, or None (`unit_slices`)
 
     def padding_mask(self):
         """(B, T) bool: True at real steps."""

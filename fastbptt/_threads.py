@@ -107,6 +107,15 @@ def blas_info():
 _pool = []
 
 
+def _the_pool():
+    """The threads that run slices and parties besides the caller's own."""
+    if not _pool:
+        from concurrent.futures import ThreadPoolExecutor
+        _pool.append(ThreadPoolExecutor(max_workers=MAX_THREADS,
+                                        thread_name_prefix="fastbptt"))
+    return _pool[0]
+
+
 def run_slices(fn, bounds, *args):
     """fn(*args, bounds[i], bounds[i + 1]) for every slice, the first in this thread and
     the others at the same time in a pool's threads (kernels release the GIL; callers
@@ -114,17 +123,47 @@ def run_slices(fn, bounds, *args):
     if len(bounds) == 2:
         fn(*args, bounds[0], bounds[1])
         return
-    if not _pool:
-        from concurrent.futures import ThreadPoolExecutor
-        _pool.append(ThreadPoolExecutor(max_workers=MAX_THREADS,
-                                        thread_name_prefix="fastbptt"))
-    futures = [_pool[0].submit(fn, *args, bounds[i], bounds[i + 1])
+    futures = [_the_pool().submit(fn, *args, bounds[i], bounds[i + 1])
                for i in range(1, len(bounds) - 1)]
     try:
         fn(*args, bounds[0], bounds[1])
     finally:
         for future in futures:
             future.result()
+
+
+_parties_lock = threading.Lock()
+
+
+def run_parties(fn, parts, *args):
+    """fn(*args, sync, p, n, *parts[p]) for the n = len(parts) parties of one time loop
+    (`_kernels.narrow_units`), the first in this thread and the others at the same time
+    in the pool's threads; returns when all are done, raising the first error. ``sync``
+    is the parties' barrier (`_kernels.sync`); a party that fails sets its abort word,
+    so that the others stop waiting for it. One run at a time: runs from several
+    threads at once, each waiting in the pool's queue for a party that waits in turn,
+    could wait forever."""
+    import numpy as np
+
+    from ._kernels.sync import LINE, words
+
+    n = len(parts)
+    sync = np.zeros(words(n), np.int64)
+
+    def party(p):
+        try:
+            fn(*args, sync, p, n, *parts[p])
+        except BaseException:
+            sync[n * LINE] = 1
+            raise
+
+    with _parties_lock:
+        futures = [_the_pool().submit(party, p) for p in range(1, n)]
+        try:
+            party(0)
+        finally:
+            for future in futures:
+                future.result()
 
 
 _local = []
