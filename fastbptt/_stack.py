@@ -54,11 +54,13 @@ NARROW_BYTES = 8 << 20
 NARROW_MOST = 128
 # Sliced narrow batches with a W of UNITS_BYTES or more, whose hidden units split into
 # whole panels per thread, run split by units instead (`unit_slices`): each thread then
-# reads its part of W every step rather than all of it. Measured on two threads, medians
-# of calls in turns in one process: LSTM H = 1024 (W 16 MB), B = 32, T = 50, 164 ms
-# against 188 by sequences (40 rounds); with W of 4 to 12 MB (LSTM H = 512 and 768, GRU
-# and Elman H = 1024) even or up to 5% slower, as the threads wait for each other at
-# every step.
+# reads its part of W every step rather than all of it. Measured on two threads, B = 32,
+# T = 50, medians of calls in turns in one process, by units against by sequences:
+# LSTM H = 1024 (W 16 MB) 164 against 188 ms (40 rounds); Elman H = 2048 (16 MB) 146
+# against 211; LSTM H = 1024 float64 (32 MB) 408 against 455; GRU H = 2048 (48 MB) 439
+# against 505 (9 rounds each). With W of 4 to 12 MB (LSTM H = 512 and 768, GRU and
+# Elman H = 1024) even or up to 5% slower, as the threads wait for each other at every
+# step.
 UNITS_BYTES = 16 << 20
 
 
