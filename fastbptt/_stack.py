@@ -399,15 +399,15 @@ class Forward:
             none = self.no_dh0
             h0s = (dh0[s] if starts else none, dc0[s] if starts and dc0 is not None else none)
             Wp = direction.Wp if direction.Wc is None else None      # one of the two
-            if p.units:
-                run_parties(backward_units, p.units, self.tag, S, Z, E, C, direction.Wc,
-                            layer.W, p.activation, plan.chunk, p.lengths, dcf, buf, dZ, dZh,
-                            self.X)
-            elif self.parallel:
-                run_slices(backward_narrow, p.slices, self.tag, S, Z, E, C, Wp,
-                           direction.Wc, layer.W, p.activation, plan.chunk, p.lengths, dcf,
-                           buf, dZ, dZh, self.X)
             if self.parallel:
+                if p.units:
+                    run_parties(backward_units, p.units, self.tag, S, Z, E, C, direction.Wc,
+                                layer.W, p.activation, plan.chunk, p.lengths, dcf, buf, dZ,
+                                dZh, self.X)
+                else:
+                    run_slices(backward_narrow, p.slices, self.tag, S, Z, E, C, Wp,
+                               direction.Wc, layer.W, p.activation, plan.chunk, p.lengths,
+                               dcf, buf, dZ, dZh, self.X)
                 run_slices(narrow_weight_grads, row_slices(GH, True), S, dZ, dZh, dW, db, dbh)
                 narrow_h0_grads(self.tag, layer.W, dZh, self.X, *h0s)
             else:

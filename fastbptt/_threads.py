@@ -21,6 +21,9 @@ import os
 import threading
 
 import numba
+import numpy as np
+
+from ._kernels.sync import abort, words
 
 __all__ = ["set_num_threads", "get_num_threads", "blas_info"]
 
@@ -143,10 +146,6 @@ def run_parties(fn, parts, *args):
     so that the others stop waiting for it. One run at a time: runs from several
     threads at once, each waiting in the pool's queue for a party that waits in turn,
     could wait forever."""
-    import numpy as np
-
-    from ._kernels.sync import LINE, words
-
     n = len(parts)
     sync = np.zeros(words(n), np.int64)
 
@@ -154,7 +153,7 @@ def run_parties(fn, parts, *args):
         try:
             fn(*args, sync, p, n, *parts[p])
         except BaseException:
-            sync[n * LINE] = 1
+            abort(sync, n)
             raise
 
     with _parties_lock:

@@ -59,8 +59,9 @@ def test_units_give_the_bits_of_sequence_slices(cell, layers, bidirectional, den
                                                 truncate, stride, monkeypatch):
     """Every result of `bptt` and of the layer's forward and backward (dh_final and
     dc_final given) is the same array whichever way two threads split the batch; on one
-    layer of token ids the final states also equal one thread's. Windows (5, 2) run their backward pass feature-major
-    on one layer: there only the forward pass splits by units."""
+    layer of token ids the final states also equal one thread's. Windows (5, 2) run
+    their backward pass feature-major on one layer: there only the forward pass splits
+    by units."""
     rng = np.random.default_rng(7)
     B, T, L, C = 19, 13, 9, 6
     H = 128 if dtype == np.float32 else 64         # two whole panels of units

@@ -34,6 +34,11 @@ def words(parties):
     return (parties + 1) * LINE
 
 
+def abort(sync, parties):
+    """Set the abort word: every `meet` of this run returns False from now on."""
+    sync[parties * LINE] = 1
+
+
 @intrinsic
 def _load_acquire(typingctx, array, i):
     sig = types.int64(array, types.intp)
@@ -85,11 +90,11 @@ def meet(sync, party, parties, count):
     """Party ``party`` has done ``count`` steps; return once every party has, True, or
     False when the run was aborted."""
     _store_release(sync, party * LINE, count)
-    abort = parties * LINE
+    aborted = parties * LINE
     for other in range(parties):
         spins = 0
         while _load_acquire(sync, other * LINE) < count:
-            if _load_acquire(sync, abort) != 0:
+            if _load_acquire(sync, aborted) != 0:
                 return False
             spins += 1
             if spins < SPINS:
