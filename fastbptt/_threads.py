@@ -23,6 +23,7 @@ import threading
 import numba
 import numpy as np
 
+from ._kernels.blas import cython_blas
 from ._kernels.sync import abort, words
 
 __all__ = ["set_num_threads", "get_num_threads", "blas_info"]
@@ -36,8 +37,9 @@ _in_use = [None]        # the count this module set or found; None: not yet know
 
 def _scipy_blas():
     """threadpoolctl's controller for the BLAS that scipy.linalg.cython_blas uses, or None."""
-    import scipy.linalg.cython_blas  # noqa: F401  (loads the library)
     from threadpoolctl import ThreadpoolController
+
+    cython_blas()    # loads the library
 
     controller = ThreadpoolController()
     scipy_dir = os.sep + "scipy"

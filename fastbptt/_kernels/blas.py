@@ -6,21 +6,75 @@ H x (T B) matrix, or for narrow batches time-major, (T, B, N) with N >= H paddin
 are views whose rows are strided. `gemm` takes such views (unit stride within a row, any
 stride between rows, either one transposed) and calls sgemm/dgemm directly.
 """
+import ctypes
+import glob
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
 import llvmlite.binding as llvm
 import numpy as np
 from numba import types
-from numba.extending import get_cython_function_address
 
 from ._jit import FASTMATH, jit
 from .simd import lanes, transpose_tile
+
+_MODULE = "scipy.linalg.cython_blas"
+_loaded = []
+
+
+def cython_blas():
+    """SciPy's ``scipy.linalg.cython_blas`` module, without importing ``scipy.linalg``.
+
+    That package's ``__init__`` costs 0.1 to 0.2 s (it imports numpy.ma, numpy.f2py and
+    more); the extension module alone takes milliseconds. It is loaded from its file,
+    which registers it in ``sys.modules``. Numba's array module, which its first compile
+    or cache load imports anyway, imports ``scipy.linalg.cython_blas`` to check for BLAS:
+    it is imported here while the entry stands, so it finds this module. The entry is
+    then removed, so that a later ``import scipy.linalg`` imports it the usual way and
+    binds it as that package's attribute (Cython hands out the same module object).
+    """
+    module = sys.modules.get(_MODULE)
+    if module is not None:
+        return module
+    if _loaded:
+        return _loaded[0]
+    found = []
+    for folder in importlib.util.find_spec("scipy").submodule_search_locations or ():
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            found += glob.glob(os.path.join(folder, "linalg", "cython_blas" + suffix))
+    if found:
+        spec = importlib.util.spec_from_file_location(_MODULE, found[0])
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+            sys.modules.setdefault(_MODULE, module)
+            import numba.np.arraymath  # noqa: F401
+        finally:
+            sys.modules.pop(_MODULE, None)
+    else:
+        import scipy.linalg.cython_blas as module
+    _loaded.append(module)
+    return module
+
+
+def _address(name):
+    """The address of BLAS routine ``name`` exported by SciPy's cython_blas."""
+    capsule = cython_blas().__pyx_capi__[name]
+    get_name, get_pointer = ctypes.pythonapi.PyCapsule_GetName, ctypes.pythonapi.PyCapsule_GetPointer
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    return get_pointer(capsule, get_name(capsule))
+
 
 # Compiled kernels refer to BLAS by symbol name, bound here in every process, so they
 # can be cached on disk (a ctypes function pointer would pin them to one process).
 # Every argument of the Fortran interface is a pointer; they are declared as
 # addresses (intp), so one declaration serves arrays of any layout.
 for _name in ("sgemm", "dgemm"):
-    llvm.add_symbol(f"fastbptt_{_name}",
-                    get_cython_function_address("scipy.linalg.cython_blas", _name))
+    llvm.add_symbol(f"fastbptt_{_name}", _address(_name))
 _SIGNATURE = types.void(*([types.intp] * 13))
 _sgemm = types.ExternalFunction("fastbptt_sgemm", _SIGNATURE)
 _dgemm = types.ExternalFunction("fastbptt_dgemm", _SIGNATURE)
