@@ -7,7 +7,6 @@ are views whose rows are strided. `gemm` takes such views (unit stride within a 
 stride between rows, either one transposed) and calls sgemm/dgemm directly.
 """
 import ctypes
-import glob
 import importlib.machinery
 import importlib.util
 import os
@@ -40,10 +39,11 @@ def cython_blas():
         return module
     if _loaded:
         return _loaded[0]
-    found = []
-    for folder in importlib.util.find_spec("scipy").submodule_search_locations or ():
-        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-            found += glob.glob(os.path.join(folder, "linalg", "cython_blas" + suffix))
+    scipy = importlib.util.find_spec("scipy")
+    folders = (scipy.submodule_search_locations or ()) if scipy is not None else ()
+    found = [path for folder in folders for suffix in importlib.machinery.EXTENSION_SUFFIXES
+             for path in [os.path.join(folder, "linalg", "cython_blas" + suffix)]
+             if os.path.isfile(path)]
     if found:
         spec = importlib.util.spec_from_file_location(_MODULE, found[0])
         module = importlib.util.module_from_spec(spec)
