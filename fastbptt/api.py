@@ -16,9 +16,12 @@ from .params import Layer, Model
 __all__ = ["grad", "value_and_grad", "bptt", "forward", "loss"]
 
 
-# The most classes for which the logits of time-major states come rows first
-# (`output.direction_logits`): measured faster for C = 16, 65 and 128, slower from 256.
+# When the logits of time-major states come rows first (`output.direction_logits`): for
+# at most this many classes (measured faster for C = 16, 65 and 128, slower from 256),
+# and at least this many steps times sequences (below, as for W2's 100, the product
+# gains less than the second kernel call costs: W2 took 2 to 7% longer).
 ROWS_FIRST_CLASSES = 128
+ROWS_FIRST_COLUMNS = 1024
 
 
 def _validate(x, y, params, **options):
@@ -43,10 +46,13 @@ def _errors(problem, fw):
     n = problem.T * problem.B
     err = fw.scratch("err", (C, n), problem.dtype)
     states = None                   # err then holds V h_t already
-    if _one_forward_top(fw) and not _rows_first(problem, fw):
-        states = fw.top()
-    else:
+    if not _one_forward_top(fw):
         _logits_by_direction(problem, fw, err)
+    elif _rows_first(problem, fw):
+        direction_logits(model.V, fw.top(), True, None, err, err, True,
+                         fw.scratch("logits rows", (n, C), problem.dtype))
+    else:
+        states = fw.top()
     total = ERRORS[problem.loss](states, fw.plan.narrow, model.V,
                                  bias_or_zeros(model.c, C, problem.dtype), y_ids, y_dense,
                                  problem.lengths, err, fw.scratch("sums", (6, n), np.float64))
@@ -102,8 +108,10 @@ def _logits_by_direction(problem, fw, err):
 
 def _rows_first(problem, fw):
     """Whether the logits come as h_t^T V^T, transposed (`output.direction_logits`):
-    for time-major states and at most `ROWS_FIRST_CLASSES` classes."""
-    return fw.plan.narrow and problem.sizes[2] <= ROWS_FIRST_CLASSES
+    for time-major states, at most `ROWS_FIRST_CLASSES` classes and at least
+    `ROWS_FIRST_COLUMNS` steps times sequences."""
+    return (fw.plan.narrow and problem.sizes[2] <= ROWS_FIRST_CLASSES
+            and problem.T * problem.B >= ROWS_FIRST_COLUMNS)
 
 
 def _solve(problem):

@@ -39,6 +39,7 @@ def test_rows_first_logits_equal_the_other_product(monkeypatch, dtype, loss, cel
         return kernel(*args)
 
     monkeypatch.setattr(api, "direction_logits", spy)
+    monkeypatch.setattr(api, "ROWS_FIRST_COLUMNS", 0)
     rows_first = fastbptt.bptt(x, y, params, loss=loss, lengths=lengths)
     assert taken and all(taken)
     monkeypatch.setattr(api, "ROWS_FIRST_CLASSES", 0)
@@ -48,3 +49,21 @@ def test_rows_first_logits_equal_the_other_product(monkeypatch, dtype, loss, cel
     tol = 1e-6 if dtype == np.float32 else 1e-13
     for a, b in zip(leaves(rows_first), leaves(other), strict=True):
         np.testing.assert_allclose(a, b, rtol=tol, atol=tol * max(1.0, np.abs(b).max()))
+
+
+@pytest.mark.parametrize("B, T, C, taken", [(1, 100, 65, False), (32, 100, 65, True),
+                                             (32, 100, 129, False), (16, 64, 16, True),
+                                             (16, 63, 16, False)])
+def test_rows_first_for_few_classes_and_many_columns(monkeypatch, B, T, C, taken):
+    rng = np.random.default_rng(0)
+    params = fastbptt.init_params(10, 16, C, seed=0)
+    seen = []
+    kernel = api.direction_logits
+
+    def spy(*args):
+        seen.append(args[-1] is not None)
+        return kernel(*args)
+
+    monkeypatch.setattr(api, "direction_logits", spy)
+    fastbptt.bptt(rng.integers(0, 10, (B, T)), rng.integers(0, C, (B, T)), params)
+    assert seen == ([True] if taken else [])
