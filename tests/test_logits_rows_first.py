@@ -19,6 +19,20 @@ def leaves(result):
     return out
 
 
+def spy_on_logits(monkeypatch):
+    """A list that records, for each call of `direction_logits`, whether it took the
+    logits rows first."""
+    taken = []
+    kernel = api.direction_logits
+
+    def spy(*args):
+        taken.append(args[-1] is not None)
+        return kernel(*args)
+
+    monkeypatch.setattr(api, "direction_logits", spy)
+    return taken
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("loss", ["softmax_ce", "mse"])
 @pytest.mark.parametrize("cell, layers, bidirectional", [
@@ -31,14 +45,7 @@ def test_rows_first_logits_equal_the_other_product(monkeypatch, dtype, loss, cel
                                   bidirectional=bidirectional, dtype=dtype, seed=3)
     x, y = rng.integers(0, 20, (B, 17)), rng.integers(0, C, (B, 17))
     lengths = rng.integers(1, 18, B) if B > 1 else None
-    taken = []
-    kernel = api.direction_logits
-
-    def spy(*args):
-        taken.append(args[-1] is not None)
-        return kernel(*args)
-
-    monkeypatch.setattr(api, "direction_logits", spy)
+    taken = spy_on_logits(monkeypatch)
     monkeypatch.setattr(api, "ROWS_FIRST_COLUMNS", 0)
     rows_first = fastbptt.bptt(x, y, params, loss=loss, lengths=lengths)
     assert taken and all(taken)
@@ -57,13 +64,6 @@ def test_rows_first_logits_equal_the_other_product(monkeypatch, dtype, loss, cel
 def test_rows_first_for_few_classes_and_many_columns(monkeypatch, B, T, C, taken):
     rng = np.random.default_rng(0)
     params = fastbptt.init_params(10, 16, C, seed=0)
-    seen = []
-    kernel = api.direction_logits
-
-    def spy(*args):
-        seen.append(args[-1] is not None)
-        return kernel(*args)
-
-    monkeypatch.setattr(api, "direction_logits", spy)
+    seen = spy_on_logits(monkeypatch)
     fastbptt.bptt(rng.integers(0, 10, (B, T)), rng.integers(0, C, (B, T)), params)
     assert seen == ([True] if taken else [])
