@@ -59,14 +59,18 @@ def cython_blas():
     return module
 
 
+# PyCapsule_GetName and PyCapsule_GetPointer with their own prototypes (ctypes.pythonapi's
+# shared function objects are left as they are).
+_capsule_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+    ("PyCapsule_GetName", ctypes.pythonapi))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
 def _address(name):
     """The address of BLAS routine ``name`` exported by SciPy's cython_blas."""
     capsule = cython_blas().__pyx_capi__[name]
-    get_name, get_pointer = ctypes.pythonapi.PyCapsule_GetName, ctypes.pythonapi.PyCapsule_GetPointer
-    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
-    get_pointer.restype = ctypes.c_void_p
-    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    return get_pointer(capsule, get_name(capsule))
+    return _capsule_pointer(capsule, _capsule_name(capsule))
 
 
 # Compiled kernels refer to BLAS by symbol name, bound here in every process, so they
