@@ -25,6 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._kernels.backward import backward_groups, backward_lag_major, backward_sweep
+from ._kernels.batch_steps import steps_from_batch
 from ._kernels.cells import TAGS
 from ._kernels.directions import permute_steps, reversal_index
 from ._kernels.forward import forward
@@ -327,6 +328,14 @@ class Forward:
                 buf[:, :H] = part
             else:
                 buf[:] = part
+
+    def inject_batch_first(self, g):
+        """`inject` from the caller's batch-first (B, T, H D) dL/dh straight into a
+        time-major backward pass's buffers, zeros at padding steps (one copy of each
+        row, where `inject` needs G in step order first)."""
+        H, lengths = self.H, self.problem.lengths
+        for direction, buf in zip(self.dirs[-1], self.gradient_buffers()):
+            steps_from_batch(g, direction.d * H, H, buf, lengths, direction.reverse)
 
     def backward(self, dh_final=None, dc_final=None, need_dx=False):
         """Every layer's gradients from the top layer's G (`gradient_buffers`).

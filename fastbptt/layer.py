@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._kernels.batch_steps import batch_from_steps
 from ._inputs import _array, _check_finite, prepare_layer
 from ._results import LayerGrads, LayerOutput
 from ._stack import batch_first, run_forward
@@ -39,9 +40,11 @@ def _outputs(problem, fw):
     width = H * problem.directions
     if B and T:
         top = fw.top()
-        h = top.reshape(T, B, width).transpose(1, 0, 2) if fw.plan.narrow else \
-            top.reshape(width, T, B).transpose(2, 1, 0)
-        h = np.array(h, order="C")
+        if fw.plan.narrow:
+            h = np.empty((B, T, width), problem.dtype)
+            batch_from_steps(top.reshape(T, B, width), h)
+        else:
+            h = np.array(top.reshape(width, T, B).transpose(2, 1, 0), order="C")
         h_final, c_final = fw.h_final, fw.c_final
     else:
         h = np.zeros((B, T, width), problem.dtype)
@@ -115,19 +118,15 @@ class _Back:
         if not (B and T):
             return self._empty(final, cells)
         width = H * p.directions
-        tm = fw.plan.back_tm
-        mask = p.padding_mask()
         g = dh.reshape(B, T, width)
-        shape = (T * B, width) if tm else (width, T * B)
-        G = workspace.get("G", shape, p.dtype)
-        if tm:
-            G.reshape(T, B, width)[:] = g.transpose(1, 0, 2)
-            G.reshape(T, B, width)[~mask.T] = 0
-        else:
-            G.reshape(width, T, B)[:] = g.transpose(2, 1, 0)
-            G.reshape(width, T, B)[:, ~mask.T] = 0
         fw.convert_states()
-        fw.inject(G)
+        if fw.plan.back_tm:
+            fw.inject_batch_first(g)
+        else:
+            G = workspace.get("G", (width, T * B), p.dtype)
+            G.reshape(width, T, B)[:] = g.transpose(2, 1, 0)
+            G.reshape(width, T, B)[:, ~p.padding_mask().T] = 0
+            fw.inject(G)
         layers, dh0, dc0, dx = fw.backward(dh_final=final, dc_final=cells, need_dx=not p.ids)
         return self._grads(layers, dh0, dc0, dx)
 
