@@ -176,13 +176,6 @@ def steps(states, time_major, H):
     return states.reshape(K, T1 * B)[:, B:]
 
 
-def batch_first(states, time_major, H):
-    """(B, T, H) view of h_1 ... h_T of a state array."""
-    if time_major:
-        return states[1:, :, :H].transpose(1, 0, 2)
-    return states[:, 1:].transpose(2, 1, 0)
-
-
 class Direction:
     """One direction of one layer after the forward pass."""
 
@@ -316,23 +309,20 @@ class Forward:
         return dZ, (self.scratch("dZh", shape, p.dtype) if p.cell == "gru" else dZ)
 
     def inject(self, G):
-        """Put G_t (2-D in step order, layout of the backward pass, H D features) into the
-        top layer's buffers, reordered for a reverse direction."""
-        H, tm = self.H, self.plan.back_tm
+        """Put G_t ((H D, T B) in step order) into the top layer's buffers of a
+        feature-major backward pass, reordered for a reverse direction."""
+        H = self.H
         for direction, buf in zip(self.dirs[-1], self.gradient_buffers()):
-            part = G[:, direction.d * H:(direction.d + 1) * H] if tm else \
-                G[direction.d * H:(direction.d + 1) * H]
+            part = G[direction.d * H:(direction.d + 1) * H]
             if direction.reverse:
-                permute_steps(part, buf, self.idx, tm, False)
-            elif tm:
-                buf[:, :H] = part
+                permute_steps(part, buf, self.idx, False, False)
             else:
                 buf[:] = part
 
     def inject_batch_first(self, g):
-        """`inject` from the caller's batch-first (B, T, H D) dL/dh straight into a
-        time-major backward pass's buffers, zeros at padding steps (one copy of each
-        row, where `inject` needs G in step order first)."""
+        """Put the caller's batch-first (B, T, H D) dL/dh into the top layer's buffers of
+        a time-major backward pass, zeros at padding steps, reordered for a reverse
+        direction: one copy of each row (`_kernels.batch_steps`)."""
         H, lengths = self.H, self.problem.lengths
         for direction, buf in zip(self.dirs[-1], self.gradient_buffers()):
             steps_from_batch(g, direction.d * H, H, buf, lengths, direction.reverse)

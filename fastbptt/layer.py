@@ -24,7 +24,7 @@ import numpy as np
 from ._kernels.batch_steps import batch_from_steps
 from ._inputs import _array, _check_finite, prepare_layer
 from ._results import LayerGrads, LayerOutput
-from ._stack import batch_first, run_forward
+from ._stack import run_forward
 from ._workspace import fresh, workspace
 from .params import Layer, Model
 
