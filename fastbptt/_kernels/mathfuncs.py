@@ -113,7 +113,7 @@ def exp32(x):
     |r| <= ln2 / 2, e^r by a polynomial of degree 7, 2^k from its bits), within 1 ulp;
     clamped to [-87.3, 88.37]. Everything in it vectorizes, 16 lanes to a register."""
     x = min(max(x, _EXP_LO), _EXP_HI)
-    k = np.floor(x * _LOG2E + _HALF)       # a float32 (math.floor gave an int64: 10 more instructions)
+    k = np.floor(x * _LOG2E + _HALF)       # float32: math.floor gives an int64
     r = x - k * _LN2_HI - k * _LN2_LO
     p = ((((_E1 * r + _E2) * r + _E3) * r + _E4) * r + _E5) * r + _E6
     p = p * (r * r) + r + _ONE
