@@ -69,9 +69,10 @@ def table(report):
     out.append("vs X: X's median time / fastbptt's (higher is better for fastbptt); "
                "n/a: not installed; wrong: disagreed, not timed")
     out.append("% peak: GF/s (flop counts in fastbptt.bench.workloads) over this process's "
-               f"1024x1024 gemm on {report.threads} thread(s): "
-               f"sgemm {report.peak['float32']:.1f} GF/s for float32, "
-               f"dgemm {report.peak['float64']:.1f} GF/s for float64")
+               f"1024x1024 gemm of the workload's dtype on {report.threads} thread(s), timed "
+               "in turns with its calls (at the start of the run: "
+               f"sgemm {report.peak['float32']:.1f} GF/s, "
+               f"dgemm {report.peak['float64']:.1f} GF/s)")
     out += [""] + _times(report, peers) + [""] + _speeds(report, peers) + [""]
     for r in report.results:
         out.append(f"{r.workload.name}: {r.workload.describe()}, "

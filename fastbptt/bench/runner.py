@@ -1,8 +1,10 @@
 """``fastbptt bench``: time every workload with fastbptt and each available peer.
 
-Per workload: seeded data, fastbptt warmed up (compiled) and timed, then each peer made,
-warmed up, checked against fastbptt and, if it agrees, timed; every call is in this one
-process, with the same thread count for every implementation.
+Per workload: seeded data, fastbptt warmed up (compiled), each peer made, warmed up and
+checked against fastbptt, then fastbptt, the peers that agree and a 1024x1024 gemm of the
+workload's dtype (the peak its GF/s are compared with) timed in turns
+(`timing.measure_turns`); every call is in this one process, with the same thread count
+for every implementation.
 """
 from __future__ import annotations
 
@@ -17,14 +19,15 @@ from . import startup as startup_
 from .agreement import Agreement, compare
 from .peers import PEERS, get_threads, set_threads
 from . import allocator
-from .timing import (ENVIRONMENT, Timing, busy_cpus, gemm_peak, machine_info, measure,
-                     openblas_warnings)
+from .timing import (ENVIRONMENT, Timing, busy_cpus, gemm_call, gemm_peak, machine_info,
+                     measure, measure_turns, openblas_warnings)
 from .workloads import DEFAULT, WORKLOADS, Workload, make_data
 
 __all__ = ["PeerResult", "WorkloadResult", "BenchReport", "run"]
 
 # fastbptt also timed on 1 and 2 threads (large products: a second core should pay off)
 SCALED = ("W5", "G4")
+GEMM = "gemm"           # the 1024x1024 gemm timed in turns with each workload's calls
 
 
 @dataclass
@@ -40,7 +43,8 @@ class WorkloadResult:
     workload: Workload
     threads: int
     fastbptt: Timing
-    peak: float                         # gemm GF/s of this dtype at these threads
+    peak: float                         # gemm GF/s of this dtype at these threads, timed
+                                        # in turns with the workload's calls
     peers: dict = field(default_factory=dict)           # peer name -> PeerResult
     scaling: dict = field(default_factory=dict)         # threads -> Timing (SCALED)
     scaling_peak: dict = field(default_factory=dict)    # threads -> sgemm GF/s (SCALED)
@@ -137,30 +141,34 @@ def _peers_for(name, with_peers, reference):
             yield peer
 
 
-def _time_peer(peer, workload, data, expected, repeat, budget, progress):
-    """Make, check against fastbptt's outcome ``expected`` and time one peer."""
+def _check_peer(peer, workload, data, expected, progress):
+    """(PeerResult, call): make one peer and check it against fastbptt's outcome
+    ``expected``; call is None where the peer is not to be timed in turns (unavailable,
+    failed, disagreeing, or timed once, which this does)."""
     reason = peer.unavailable(workload)
     if reason:
         progress.write(f"  {workload.name} {peer.name}: skipped, {reason}")
-        return PeerResult("unavailable", note=reason)
+        return PeerResult("unavailable", note=reason), None
     try:
         call = peer.make(workload, *data)
         agreement = compare(peer.name, workload, call(), expected)
     except Exception as error:                                 # a peer's own failure
         note = f"{error.__class__.__name__}: {error}"
         progress.write(f"  {workload.name} {peer.name}: failed, {note}")
-        return PeerResult("failed", note=note)
+        return PeerResult("failed", note=note), None
     progress.write("  " + agreement.describe() + (f" [{call.note}]" if call.note else ""))
     if not agreement.ok:
-        return PeerResult("disagrees", agreement=agreement, note=call.note)
-    once = workload.name in peer.on_request                   # slow: one call is enough
-    timing = measure(call, repeat=1 if once else repeat, budget=budget, warmup=0)
-    return PeerResult("timed", timing, agreement, call.note)
+        return PeerResult("disagrees", agreement=agreement, note=call.note), None
+    result = PeerResult("timed", agreement=agreement, note=call.note)
+    if workload.name in peer.on_request:                       # slow: one call is enough
+        result.timing = measure(call, repeat=1, warmup=0)
+        return result, None
+    return result, call
 
 
 def _scaling(result, call, repeat, budget):
-    """fastbptt and sgemm on 1 and 2 threads (reusing the main run's figures for its count):
-    the sgemm ratio shows whether a second core was free to use."""
+    """fastbptt and sgemm on 1 and 2 threads, in turns (reusing the main run's figures for
+    its count): the sgemm ratio shows whether a second core was free to use."""
     if (os.cpu_count() or 1) < 2:
         return
     for n in (1, 2):
@@ -169,8 +177,11 @@ def _scaling(result, call, repeat, budget):
             continue
         set_threads(n)
         try:
-            result.scaling[n] = measure(call, repeat=repeat, budget=budget)
-            result.scaling_peak[n] = gemm_peak(result.workload.dtype, n)
+            gemm, flops = gemm_call(result.workload.dtype)
+            timings = measure_turns({"fastbptt": call, GEMM: gemm}, repeat=repeat,
+                                    budget=budget)
+            result.scaling[n] = timings["fastbptt"]
+            result.scaling_peak[n] = flops / timings[GEMM].median / 1e9
         finally:
             set_threads(result.threads)
 
@@ -185,7 +196,7 @@ def run(names=DEFAULT, threads=1, repeat=50, budget=2.0, with_peers=True,
     set_threads(threads)
     workloads = [WORKLOADS[n] for n in names]
     plan = {w.name: list(_peers_for(w.name, with_peers, reference)) for w in workloads}
-    progress = _Progress(total=2 + sum(1 + len(p) for p in plan.values()) + 3 * startup)
+    progress = _Progress(total=2 + sum(2 + len(p) for p in plan.values()) + 3 * startup)
 
     progress.step("gemm peak")
     peak = {dtype: gemm_peak(dtype, threads) for dtype in ("float32", "float64")}
@@ -198,17 +209,29 @@ def run(names=DEFAULT, threads=1, repeat=50, budget=2.0, with_peers=True,
         data = make_data(w)
         call = PEERS["fastbptt"].make(w, *data)
         expected = call()                                      # compiles or loads the cache
-        result = WorkloadResult(w, get_threads(),
-                                measure(call, repeat=repeat, budget=budget, warmup=1),
-                                peak[w.dtype])
-        progress.write(f"{w.name} ({w.describe()}): fastbptt "
-                       f"{result.fastbptt.median * 1e3:.3f} ms")
         progress.done()
+        checked, turns = {}, {"fastbptt": call}
         for peer in plan[w.name]:
-            progress.step(f"{w.name} {peer.name}")
-            result.peers[peer.name] = _time_peer(peer, w, data, expected, repeat, budget,
-                                                 progress)
+            progress.step(f"{w.name} {peer.name} check")
+            checked[peer.name], peer_call = _check_peer(peer, w, data, expected, progress)
+            if peer_call is not None:
+                turns[peer.name] = peer_call
             progress.done()
+        progress.step(f"{w.name} timing in turns")
+        gemm, flops = gemm_call(w.dtype)
+        timings = measure_turns({**turns, GEMM: gemm}, repeat=repeat, budget=budget)
+        result = WorkloadResult(w, get_threads(), timings["fastbptt"],
+                                flops / timings[GEMM].median / 1e9)
+        for name, peer_result in checked.items():
+            if name in timings:
+                peer_result.timing = timings[name]
+            result.peers[name] = peer_result
+        progress.write(f"{w.name} ({w.describe()}): fastbptt "
+                       f"{result.fastbptt.median * 1e3:.3f} ms" + "".join(
+                           f", {name} {timings[name].median * 1e3:.3f} ms"
+                           for name in turns if name != "fastbptt")
+                       + f"; gemm {result.peak:.1f} GF/s")
+        progress.done()
         if w.name in SCALED:
             progress.step(f"{w.name} fastbptt on 1 and 2 threads")
             _scaling(result, call, repeat, budget)

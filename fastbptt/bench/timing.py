@@ -1,7 +1,8 @@
 """Timing in one process: medians of repeated calls, this process's gemm peak, the machine.
 
 `measure` records wall time and process CPU time of every call, so a run that used more
-cores than it was given shows up as ``cores`` above 1.
+cores than it was given shows up as ``cores`` above 1; `measure_turns` does the same for
+several calls timed in turns, which a machine whose speed drifts slows alike.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Timing", "measure", "gemm_peak", "machine_info", "openblas_warnings", "busy_cpus",
+__all__ = ["Timing", "measure", "measure_turns", "gemm_call", "gemm_peak", "machine_info", "openblas_warnings", "busy_cpus",
            "ENVIRONMENT"]
 
 # environment variables that change the figures, reported with every run
@@ -59,10 +60,7 @@ def measure(fn, repeat=50, budget=2.0, warmup=1):
     gc.disable()
     try:
         while len(timing.times) < calls:
-            cpu, start = time.process_time(), time.perf_counter()
-            fn()
-            timing.times.append(time.perf_counter() - start)
-            timing.cpu_times.append(time.process_time() - cpu)
+            _timed_call(fn, timing)
             if len(timing.times) == 1:
                 calls = max(min(repeat, 3), min(repeat, int(budget / timing.times[0])))
     finally:
@@ -71,19 +69,77 @@ def measure(fn, repeat=50, budget=2.0, warmup=1):
     return timing
 
 
-def gemm_peak(dtype="float32", threads=1, n=1024, repeat=10):
-    """GF/s of an n×n×n gemm from SciPy's BLAS (the one Numba's matrix products call),
-    limited to `threads` threads: the peak the kernels' GF/s are compared with."""
+def _timed_call(fn, timing):
+    cpu, start = time.process_time(), time.perf_counter()
+    fn()
+    timing.times.append(time.perf_counter() - start)
+    timing.cpu_times.append(time.process_time() - cpu)
+
+
+def measure_turns(calls, repeat=50, budget=2.0, rounds=5, warmup=1):
+    """{name: Timing} of several calls timed in turns, `calls` a {name: fn}.
+
+    Every fn gets as many timed calls as `measure` would give it (one timed call sizes its
+    share: up to `repeat`, fewer where they would take more than `budget` seconds, never
+    fewer than 3 or `repeat` if smaller). The shares run in `rounds` rounds; in each round
+    every fn in turn (the order rotating from round to round) makes `warmup` untimed
+    calls, which bring its data back into the caches the others used, then its part of
+    the share back to back. A machine whose speed drifts during the run (other tenants on
+    the host, clock changes) then slows every implementation alike, and each is timed
+    with its data in cache, as in a training loop.
+
+    Garbage collection is off while timing, as in `timeit`.
+    """
+    names = list(calls)
+    timings = {name: Timing() for name in names}
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        wanted = {}
+        for name in names:
+            for _ in range(warmup):
+                calls[name]()
+            _timed_call(calls[name], timings[name])
+            first = timings[name].times[0]
+            wanted[name] = max(min(repeat, 3), min(repeat, int(budget / first) if first > 0
+                                                   else repeat))
+        count = max(1, min(rounds, max(wanted.values())))
+        for r in range(count):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                share = -(-wanted[name] * (r + 1) // count)
+                if len(timings[name].times) >= share:
+                    continue
+                for _ in range(warmup if r else 0):
+                    calls[name]()
+                while len(timings[name].times) < share:
+                    _timed_call(calls[name], timings[name])
+    finally:
+        if enabled:
+            gc.enable()
+    return timings
+
+
+def gemm_call(dtype="float32", n=1024):
+    """(fn, flops): one n×n×n gemm from SciPy's BLAS, the one Numba's matrix products call
+    (Fortran-ordered operands, so that nothing is copied)."""
     from scipy.linalg import blas
-    from threadpoolctl import threadpool_limits
 
     gemm = blas.sgemm if np.dtype(dtype) == np.float32 else blas.dgemm
     rng = np.random.default_rng(0)
     a = np.asfortranarray(rng.standard_normal((n, n)), dtype=dtype)
     b = np.asfortranarray(rng.standard_normal((n, n)), dtype=dtype)
+    return (lambda: gemm(1.0, a, b)), 2 * n ** 3
+
+
+def gemm_peak(dtype="float32", threads=1, n=1024, repeat=10):
+    """GF/s of an n×n×n gemm from SciPy's BLAS (the one Numba's matrix products call),
+    limited to `threads` threads: the peak the kernels' GF/s are compared with."""
+    from threadpoolctl import threadpool_limits
+
+    fn, flops = gemm_call(dtype, n)
     with threadpool_limits(threads, user_api="blas"):
-        timing = measure(lambda: gemm(1.0, a, b), repeat=repeat, budget=5.0, warmup=2)
-    return 2 * n ** 3 / timing.median / 1e9
+        timing = measure(fn, repeat=repeat, budget=5.0, warmup=2)
+    return flops / timing.median / 1e9
 
 
 def busy_cpus(seconds=0.5):
