@@ -30,10 +30,15 @@ from .copies import copy_row
 from .simd import VECTOR_BYTES, axpy_block, lanes, panel_block
 
 BLOCK = 16          # most registers per block (`simd.axpy_block`)
-# Panels (`panel_columns`, `panels_axpy`): column panels of 4 registers, 256-byte rows, so
-# that KC rows of a panel (24 KB) stay in L1 while every group of sequences reads them.
+# Panels (`panel_columns`, `panels_axpy`): column panels of 4 registers, 256-byte rows,
+# walked KC rows (256 KB) at a time, which stay in L2 while every group of sequences reads
+# them. Chunks of 96 rows (24 KB, to stay in L1) made the out blocks load and store
+# again every 96 rows and ran slower: 32 sequences, K x N products, GF/s for 96 against
+# 1024 rows, one process in turns: 1024 x 4096 115 / 130, 4096 x 1024 140 / 165,
+# 1024 x 1024 192 / 216, 1024 x 256 194 / 214, 256 x 1024 194 / 199, 256 x 256 199 / 202.
+# Whole panels of 4096 rows (1 MB, the size of L2) took 114.
 PANEL_BYTES = 4 * VECTOR_BYTES
-KC = 96
+KC = 1024
 
 
 def padded(n, dtype):
@@ -172,9 +177,9 @@ def panels_axpy(Rc, K, x, out):
     """out[s] += R^T x[s] for every sequence s, R (K, N) given as `panel_columns` Rc and
     N = out.shape[1] (a whole number of vector registers).
 
-    A small matrix product: per panel, KC rows at a time (in L1), every group of 4
-    sequences adds those rows' terms to its 4 x 4 registers, so each row is read from L2
-    once a step rather than once a group (LSTM at H = 256, 32 sequences, 100 steps:
+    A small matrix product: per panel, KC rows at a time (in L2), every group of 4
+    sequences adds those rows' terms to its 4 x 4 registers, so each row comes from
+    memory or L3 once a step rather than once a group (LSTM at H = 256, 32 sequences, 100 steps:
     6.9 ms forward and 6.8 ms backward, against 10.4 and 10.7 ms for `rows_axpy` on the
     whole rows). The last 2 or 1 sequences go in smaller groups, and a last panel
     narrower than the others in narrower blocks (`simd.panel_block`); every output adds
