@@ -50,9 +50,17 @@ NARROW_BYTES = 8 << 20
 # Batches of PANELS sequences or more walk W in panels (`matvec.panels_axpy`), which beat
 # a BLAS product per step at every size measured up to NARROW_MOST sequences (one
 # thread, float32: LSTM H = 1024, B = 16 in 0.71 of the time; B = 32, 0.80; GRU H = 1024,
-# B = 32, 0.80; Elman H = 1024, B = 64, 0.91; LSTM H = 512, B = 128, 0.92). On n threads
-# the batch runs as n slices at once (`batch_slices`), each of PANELS sequences or more.
-NARROW_MOST = 128
+# B = 32, 0.80; Elman H = 1024, B = 64, 0.91; LSTM H = 512, B = 128, 0.92). With panels
+# walked 1024 rows at a time, also at B = 256 and 512 (T = 50, calls in turns in one
+# process; float32: LSTM H = 256, B = 256, 0.85, B = 512, 0.88; LSTM H = 128 0.92; GRU
+# H = 256 0.90; Elman H = 128 0.89, H = 256 0.995 and 0.945 (B = 512), H = 512 0.89;
+# float64: LSTM 0.88, Elman H = 256 1.02; per-output windows, whose backward pass is
+# lag-major either way, 1.01 and 0.985). On n threads the batch runs as n slices at once
+# (`batch_slices`), each of PANELS sequences or more, up to NARROW_MOST_SLICED sequences
+# (on two threads at B = 256 the two paths measured from 0.88 to 1.05 against each other,
+# as the second core's load varied).
+NARROW_MOST = 512
+NARROW_MOST_SLICED = 128
 # Sliced narrow batches with a W of UNITS_BYTES or more, whose hidden units split into
 # whole panels per thread, run split by units instead (`unit_slices`): each thread then
 # reads its part of W every step rather than all of it. Measured on two threads, B = 32,
@@ -67,16 +75,17 @@ UNITS_BYTES = 16 << 20
 
 def _narrow(problem):
     """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`): below
-    NARROW sequences always; up to NARROW_MOST, when each thread's slice has PANELS
-    sequences, or, on one BLAS thread, when passes over whole rows of W stay within
-    NARROW_BYTES per step. The choice does not depend on the truncation, so that
+    NARROW sequences always; up to NARROW_MOST on one thread (NARROW_MOST_SLICED on
+    several), when each thread's slice has PANELS sequences, or, on one BLAS thread, when
+    passes over whole rows of W stay within NARROW_BYTES per step. The choice does not depend on the truncation, so that
     `forward` computes the very states `bptt` does. Chosen once per call (kept on the
     problem), so a thread count changed meanwhile cannot split a call across paths."""
     if problem.narrow is None:
         B, threads = problem.B, threads_in_use()
         W = problem.model.layers[0][0].W
         sliced = threads > 1 and can_slice()
-        problem.narrow = B < NARROW or B <= NARROW_MOST and (
+        most = NARROW_MOST if threads == 1 else NARROW_MOST_SLICED
+        problem.narrow = B < NARROW or B <= most and (
             (threads == 1 or sliced) and B >= PANELS * threads
             or threads == 1 and passes.py_func(B) * W.nbytes <= NARROW_BYTES)
         problem.slices = batch_slices(B) if problem.narrow and sliced else (0, B)

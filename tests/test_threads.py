@@ -94,7 +94,10 @@ def test_set_num_threads_round_trips_and_validates():
     (8, 2048, 1, True),        # panels, whatever W's size
     (32, 1024, 1, True),
     (128, 128, 1, True),
-    (129, 128, 1, False),      # more than NARROW_MOST: BLAS
+    (512, 128, 1, True),
+    (513, 128, 1, False),      # more than NARROW_MOST: BLAS
+    (128, 128, 2, True),       # two threads, two slices of 64
+    (130, 128, 2, False),      # more than NARROW_MOST_SLICED on two threads: BLAS
     (8, 128, 2, False),        # two threads, slices of fewer than 8: BLAS
     (16, 128, 2, True),        # two threads, two slices of 8
 ])
