@@ -179,12 +179,12 @@ def panels_axpy(Rc, K, x, out):
 
     A small matrix product: per panel, KC rows at a time (in L2), every group of 4
     sequences adds those rows' terms to its 4 x 4 registers, so each row comes from
-    memory or L3 once a step rather than once a group (LSTM at H = 256, 32 sequences, 100 steps:
-    6.9 ms forward and 6.8 ms backward, against 10.4 and 10.7 ms for `rows_axpy` on the
-    whole rows). The last 2 or 1 sequences go in smaller groups, and a last panel
-    narrower than the others in narrower blocks (`simd.panel_block`); every output adds
-    the rows in one order, j = 0 ... K-1, so a sequence's outputs are the same bits
-    whatever group or slice of the batch it falls in.
+    memory or L3 once a step rather than once a group (LSTM at H = 256, 32 sequences,
+    100 steps: 6.9 ms forward and 6.8 ms backward, against 10.4 and 10.7 ms for
+    `rows_axpy` on the whole rows). The last 2 or 1 sequences go in smaller groups, and
+    a last panel narrower than the others in narrower blocks (`simd.panel_block`); every
+    output adds the rows in one order, j = 0 ... K-1, so a sequence's outputs are the
+    same bits whatever group or slice of the batch it falls in.
     """
     S, N = out.shape
     size = Rc.itemsize

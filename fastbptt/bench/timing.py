@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Timing", "measure", "measure_turns", "gemm_call", "gemm_peak", "machine_info", "openblas_warnings", "busy_cpus",
-           "ENVIRONMENT"]
+__all__ = ["Timing", "measure", "measure_turns", "gemm_call", "gemm_peak", "machine_info",
+           "openblas_warnings", "busy_cpus", "ENVIRONMENT"]
 
 # environment variables that change the figures, reported with every run
 ENVIRONMENT = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
@@ -62,11 +62,18 @@ def measure(fn, repeat=50, budget=2.0, warmup=1):
         while len(timing.times) < calls:
             _timed_call(fn, timing)
             if len(timing.times) == 1:
-                calls = max(min(repeat, 3), min(repeat, int(budget / timing.times[0])))
+                calls = _calls(timing.times[0], repeat, budget)
     finally:
         if enabled:
             gc.enable()
     return timing
+
+
+def _calls(first, repeat, budget):
+    """How many calls to time when the first took ``first`` seconds: up to ``repeat``,
+    fewer where they would take more than ``budget`` seconds, never fewer than 3 (or
+    ``repeat`` if smaller)."""
+    return max(min(repeat, 3), min(repeat, int(budget / first) if first > 0 else repeat))
 
 
 def _timed_call(fn, timing):
@@ -100,9 +107,7 @@ def measure_turns(calls, repeat=50, budget=2.0, rounds=5, warmup=1):
             for _ in range(warmup):
                 calls[name]()
             _timed_call(calls[name], timings[name])
-            first = timings[name].times[0]
-            wanted[name] = max(min(repeat, 3), min(repeat, int(budget / first) if first > 0
-                                                   else repeat))
+            wanted[name] = _calls(timings[name].times[0], repeat, budget)
         count = max(1, min(rounds, max(wanted.values())))
         for r in range(count):
             for name in names[r % len(names):] + names[:r % len(names)]:
