@@ -78,8 +78,9 @@ def _narrow(problem):
     NARROW sequences always; up to NARROW_MOST on one thread (NARROW_MOST_SLICED on
     several), when each thread's slice has PANELS sequences, or, on one BLAS thread, when
     passes over whole rows of W stay within NARROW_BYTES per step. The choice does not
-    depend on the truncation, so that `forward` computes the very states `bptt` does. Chosen once per call (kept on the
-    problem), so a thread count changed meanwhile cannot split a call across paths."""
+    depend on the truncation, so that `forward` computes the very states `bptt` does.
+    Chosen once per call (kept on the problem), so a thread count changed meanwhile
+    cannot split a call across paths."""
     if problem.narrow is None:
         B, threads = problem.B, threads_in_use()
         W = problem.model.layers[0][0].W
@@ -641,7 +642,8 @@ def _forward_for(p, plan, store):
                 if panels else None
             direction.Wc = store.get(f"Wc{name}", (GH * paneled(N, dtype),), dtype) \
                 if panels else None
-            by_rows = plan.narrow and (T * B >= 16 * p.sizes[0] or   # see `gather_inputs`
+            # token ids gathered from the rows of U^T (see the gathers in `_kernels.inputs`)
+            by_rows = plan.narrow and (T * B >= 16 * p.sizes[0] or
                                        p.sizes[0] * dtype.itemsize >= 1024)
             direction.UT = store.get(f"UT{name}", (p.sizes[0], GH) if by_rows else (0, 0),
                                      dtype)
@@ -705,14 +707,16 @@ def _run_forward(problem, store, parallel):
             GH = layer.W.shape[0]
             gates = direction.gates
             bias = bias_or_zeros(layer.b, GH, dtype)
+            ids = None          # token ids that the narrow time loop gathers step by step
             if l == 0 and p.ids:
                 direction.ids = x_ids[idx] if direction.reverse else x_ids
-                outs = (gates, None) if plan.narrow else (None, gates)    # the layout's
-                if parallel:
+                if not plan.narrow:
+                    gather_inputs(direction.ids, layer.U, bias, gates)
+                elif parallel:
                     run_slices(gather_inputs_part, row_slices(GH, True), direction.ids,
-                               layer.U, direction.UT, bias, *outs)
-                else:
-                    gather_inputs(direction.ids, layer.U, direction.UT, bias, *outs)
+                               layer.U, direction.UT, bias, gates)
+                else:           # each step in the time loop (`inputs.gather_step`)
+                    ids = direction.ids
             else:
                 if l == 0:
                     src, width, src_tm = x_dense, L, x_tm
@@ -742,7 +746,8 @@ def _run_forward(problem, store, parallel):
                 else:
                     run_slices(forward_narrow, p.slices, fw.tag, WTp, WTc, p.activation,
                                p.lengths, p.h0[s], c0, gates, states, direction.kept,
-                               cells, fw.hid, bh, h_final[s], c_final[s])
+                               cells, fw.hid, bh, h_final[s], c_final[s], ids, layer.U,
+                               direction.UT, bias)
             else:
                 states[:, 0] = p.h0[s].T
                 if p.cell == "lstm":
