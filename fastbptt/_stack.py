@@ -710,13 +710,14 @@ def _run_forward(problem, store, parallel):
             ids = None          # token ids that the narrow time loop gathers step by step
             if l == 0 and p.ids:
                 direction.ids = x_ids[idx] if direction.reverse else x_ids
-                if not plan.narrow:
-                    gather_inputs(direction.ids, layer.U, bias, gates)
+                outs = (gates, None) if plan.narrow else (None, gates)    # the layout's
+                if plan.narrow and not parallel and direction.UT.size:
+                    ids = direction.ids             # (`inputs.gather_step`)
                 elif parallel:
                     run_slices(gather_inputs_part, row_slices(GH, True), direction.ids,
-                               layer.U, direction.UT, bias, gates)
-                else:           # each step in the time loop (`inputs.gather_step`)
-                    ids = direction.ids
+                               layer.U, direction.UT, bias, *outs)
+                else:
+                    gather_inputs(direction.ids, layer.U, direction.UT, bias, *outs)
             else:
                 if l == 0:
                     src, width, src_tm = x_dense, L, x_tm

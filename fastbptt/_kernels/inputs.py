@@ -27,33 +27,49 @@ def _steps(a, time_major):
     return a.reshape(K, T1 * B)[:, B:]
 
 
-# Token ids take one of three gathers: feature-major states (batches on BLAS products)
-# gather all steps first (`gather_inputs`); a narrow batch on one thread gathers each step
-# in its time loop (`gather_step`), on several threads all steps first, each thread its
-# slice of the features (`gather_inputs_part`). Time-major, a step's row is U's column
-# x_t: read strided from U, or, when UT is not empty, a contiguous row of UT (L, G H) <-
-# U^T, made first (gathering U's strided columns took 2.2 ms of a 40 ms LSTM call at
-# G H = 1024 and T B = 3200, the rows of UT 0.45 ms; at T B = 100 the transpose costs
-# more than it saves, unless U's rows are long: at L = 1024 each strided read is on a
-# page of its own).
-
-@jit
-def gather_inputs(x_ids, U, bias, out):
-    """A feature-major state array's steps, out (G H, T+1, B) <- U[:, x_t] + b for token
-    ids x_ids (T B,): each of U's rows gathered along the ids."""
+@jit(inline="always")
+def _gather_feature_major(x_ids, U, bias, out, c0, c1):
+    """Rows c0 ... c1-1 of a feature-major state array's steps <- U's rows gathered along
+    the ids, + b."""
     m = _steps(out, False)
-    for i in range(U.shape[0]):
+    for i in range(c0, c1):
         u, row, bi = U[i], m[i], bias[i]
         for tb in range(x_ids.shape[0]):
             row[tb] = u[x_ids[tb]] + bi
 
 
+# A layout is chosen by which of two arguments is None (out_tm or out_fm here, delta_tm or
+# delta_fm below): Numba drops the branch of a None argument, so a call compiles only its
+# own layout's loops.
+
+@jit
+def gather_inputs(x_ids, U, UT, bias, out_tm, out_fm):
+    """A state array's steps <- U[:, x_t] + b for token ids x_ids (T B,): those of out_tm
+    when time-major, else of out_fm (the other None).
+
+    Time-major, each step's row is U's column x_t: read strided from U, or, when UT is
+    not empty, a contiguous row of UT (L, G H) <- U^T, made first (gathering U's strided
+    columns took 2.2 ms of a 40 ms LSTM call at G H = 1024 and T B = 3200, the rows of UT
+    0.45 ms; at T B = 100 the transpose costs more than it saves, unless U's rows are long:
+    at L = 1024 each strided read is on a page of its own). Feature-major, each of U's
+    rows is gathered along."""
+    H = U.shape[0]
+    if out_tm is not None:
+        if UT.size:
+            transpose_into(U[:, 0:U.shape[1]], UT[:, 0:UT.shape[1]])
+        for t in range(out_tm.shape[0] - 1):
+            gather_step(x_ids, U, UT, bias, out_tm[t + 1], t, 0, out_tm.shape[1])
+    if out_fm is not None:
+        _gather_feature_major(x_ids, U, bias, out_fm, 0, H)
+
+
 @jit(inline="always")
 def gather_step(x_ids, U, UT, bias, rows, t, b0, b1):
-    """Rows b0 ... b1-1 of one step's time-major gates, rows (B, >= G H) <- U[:, x_t] + b,
-    for a time loop that gathers each step's inputs just before its product
-    (`narrow.forward_narrow`): from UT's rows (U^T, already made) when UT is not empty,
-    else from U's columns. x_ids (T B,), step t of sequence b at t B + b."""
+    """Rows b0 ... b1-1 of step t's time-major gates, rows (B, >= G H) <- U[:, x_t] + b:
+    from UT's rows (U^T, already made) when UT is not empty, else from U's columns. x_ids
+    (T B,), step t of sequence b at t B + b. A narrow time loop on one thread that reads
+    UT gathers each step so, just before its product (`narrow.forward_narrow`); from U's
+    strided columns that made G3's call 3 to 5% slower than a pass over all steps first."""
     B = rows.shape[0]
     GH = bias.shape[0]
     if UT.size:
@@ -69,29 +85,27 @@ def gather_step(x_ids, U, UT, bias, rows, t, b0, b1):
 
 
 @jit
-def gather_inputs_part(x_ids, U, UT, bias, out, c0, c1):
-    """A time-major state array's steps, out (T+1, B, >= G H) <- U[:, x_t] + b in features
-    c0 ... c1-1 of the G H, for a narrow batch that runs on several threads (calls for
-    disjoint features run at once); from UT's rows (its columns c0 ... c1-1 <- U^T's
-    first) when UT is not empty."""
+def gather_inputs_part(x_ids, U, UT, bias, out_tm, out_fm, c0, c1):
+    """`gather_inputs` in features c0 ... c1-1 of the G H, for a batch that runs on
+    several threads (calls for disjoint features run at once)."""
     b = bias[c0:c1]
-    rows = _steps(out, True)
-    if UT.size:
-        transpose_into(U[c0:c1, 0:U.shape[1]], UT[:, c0:c1])
-        for tb in range(x_ids.shape[0]):
-            row = rows[tb, c0:c1]
-            col = UT[x_ids[tb], c0:c1]
-            for i in range(c1 - c0):
-                row[i] = col[i] + b[i]
-    else:
-        for tb in range(x_ids.shape[0]):
-            row, col = rows[tb, c0:c1], x_ids[tb]
-            for i in range(c1 - c0):
-                row[i] = U[c0 + i, col] + b[i]
+    if out_tm is not None:
+        rows = _steps(out_tm, True)
+        if UT.size:
+            transpose_into(U[c0:c1, 0:U.shape[1]], UT[:, c0:c1])
+            for tb in range(x_ids.shape[0]):
+                row = rows[tb, c0:c1]
+                col = UT[x_ids[tb], c0:c1]
+                for i in range(c1 - c0):
+                    row[i] = col[i] + b[i]
+        else:
+            for tb in range(x_ids.shape[0]):
+                row, col = rows[tb, c0:c1], x_ids[tb]
+                for i in range(c1 - c0):
+                    row[i] = U[c0 + i, col] + b[i]
+    if out_fm is not None:
+        _gather_feature_major(x_ids, U, bias, out_fm, c0, c1)
 
-
-# A layout is chosen by which of two arguments is None (delta_tm or delta_fm below): Numba
-# drops the branch of a None argument, so a call compiles only its own layout's loops.
 
 @jit
 def project_inputs(src, width, src_time_major, U, bias, out, time_major, r0, r1):
