@@ -21,7 +21,7 @@ def _ratio_cell(result, peer):
         return "-"
     if entry.status == "timed":
         ratio = result.ratio(peer)
-        return "-" if ratio is None else f"{ratio:.1f}x"
+        return "-" if ratio is None else f"{ratio:.2f}x"
     return {"unavailable": "n/a", "disagrees": "wrong", "failed": "failed"}[entry.status]
 
 
