@@ -99,22 +99,36 @@ def _leading(a):
     return max(ld, a.shape[1], 1)
 
 
+@jit
+def _call_gemm(a, b, c, buffers):
+    """The BLAS call of `gemm`, its sizes, leading dimensions, scalars and flags already
+    in ``buffers``, the matrices given by address: one function for every layout of the
+    views, compiled once per dtype."""
+    ints, scalars, flags = buffers
+    i, f, s = ints.ctypes.data, flags.ctypes.data, scalars.ctypes.data
+    args = (f, f + 1, i, i + 4, i + 8, s, b, i + 12, a, i + 16, s + scalars.itemsize, c,
+            i + 20)
+    if scalars.itemsize == 4:
+        _sgemm(*args)
+    else:
+        _dgemm(*args)
+
+
 @jit(inline="always")
 def gemm(a, b, c, alpha, beta, trans_a, trans_b, buffers):
     """c = alpha * op(a) @ op(b) + beta * c for row-major 2-D views.
 
     op(a) is a.T when trans_a. Rows of every view must be contiguous. buffers comes from
     `scratch(c)`. Row-major C is column-major C^T, so this calls
-    gemm(op_b, op_a, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc).
+    gemm(op_b, op_a, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc). For k = 0 the BLAS
+    sets c = beta c (zero for beta = 0), as the reference BLAS defines it.
+
+    The BLAS call itself is `_call_gemm`, not inlined: its one compiled body per dtype
+    serves every call site and layout (inlined, each site's copy cost compile time).
     """
     m, n = c.shape
     k = a.shape[0] if trans_a else a.shape[1]
     if m == 0 or n == 0:
-        return
-    if k == 0:
-        for i in range(m):
-            for j in range(n):
-                c[i, j] = 0 if beta == 0 else c[i, j] * beta
         return
     ints, scalars, flags = buffers
     ints[0] = n
@@ -127,13 +141,7 @@ def gemm(a, b, c, alpha, beta, trans_a, trans_b, buffers):
     scalars[1] = beta
     flags[0] = _T if trans_b else _N
     flags[1] = _T if trans_a else _N
-    i, f, s = ints.ctypes.data, flags.ctypes.data, scalars.ctypes.data
-    args = (f, f + 1, i, i + 4, i + 8, s, b.ctypes.data, i + 12, a.ctypes.data, i + 16,
-            s + scalars.itemsize, c.ctypes.data, i + 20)
-    if c.itemsize == 4:
-        _sgemm(*args)
-    else:
-        _dgemm(*args)
+    _call_gemm(a.ctypes.data, b.ctypes.data, c.ctypes.data, buffers)
 
 
 @jit
