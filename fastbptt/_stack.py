@@ -397,8 +397,8 @@ class Forward:
         s = direction.l * len(self.dirs[0]) + direction.d
         B, T = p.B, p.T
         GH = layer.W.shape[0]
-        dU, dW, db = np.empty(layer.U.shape, dtype), np.empty(layer.W.shape, dtype), \
-            np.empty(GH, dtype)
+        dU, dW = np.empty(layer.U.shape, dtype), np.empty(layer.W.shape, dtype)
+        db = np.empty(GH, dtype) if layer.b is not None else self.no_bh      # (0,): none
         dbh = np.empty(GH, dtype) if layer.bh is not None else self.no_bh
         S, Z, C, E = self.backward_arrays(direction)
         dZ, dZh = self._gate_buffers(direction, buf)

@@ -163,11 +163,13 @@ def _begin(cell, Sm, Zm, WTp, act, lengths, dH, fp):
 
 @jit(inline="always")
 def _finish(cell, Sm, WT, T, B, blas, dZ, dZh, X, dW, db, dbh, dh0, dc0):
-    """The gradients of W, b (bh), h0 (c0) from the gates' gradients of every step."""
+    """The gradients of W, b (bh), h0 (c0) from the gates' gradients of every step
+    (db and dbh empty for a layer without them: not computed)."""
     gemm(WT, dZh[:, :B], dh0, 1.0, 0.0, False, False, blas)
     to_h0(cell, X, dh0, dc0)
     gemm(dZh, Sm[:, :T * B], dW, 1.0, 0.0, False, True, blas)
-    row_sums(dZ, db)
+    if db.size:
+        row_sums(dZ, db)
     if dbh.size:
         row_sums(dZh, dbh)
 

@@ -175,14 +175,15 @@ def _backward_steps(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf, dH, d
 @jit(inline="always")
 def _weight_grads(S, dZ, dZh, dW, db, dbh, r0, r1):
     """After `backward_narrow` for every sequence: rows r0 ... r1-1 of dW (G H, H), db
-    (G H,) and dbh (G H,) (the GRU's hidden-side bias; else empty), so that calls for
-    disjoint rows can run at once."""
+    (G H,) and dbh (G H,) (the GRU's hidden-side bias), so that calls for disjoint rows
+    can run at once. db and dbh are empty for a layer without them (not computed)."""
     T, B, N = S.shape[0] - 1, S.shape[1], S.shape[2]
     H = dW.shape[1]
     before = S.reshape((T + 1) * B, N)[:T * B, :H]
     blas = scratch(dW)
     gemm(dZh[:, r0:r1], before, dW[r0:r1], 1.0, 0.0, True, False, blas)  # sum dZh_t h_{t-1}^T
-    _column_sums(dZ, db, r0, r1)
+    if db.size:
+        _column_sums(dZ, db, r0, r1)
     if dbh.size:
         _column_sums(dZh, dbh, r0, r1)
 
