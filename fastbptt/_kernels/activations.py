@@ -4,10 +4,9 @@ Codes (shared with `fastbptt._inputs.ACTIVATIONS`): 0 tanh, 1 sigmoid, 2 relu, 3
 Derivatives are read off the output h = f(a) (SPEC.md §2). float32 arrays use the
 vectorizable functions of `mathfuncs`; float64 arrays use libm.
 """
-import numpy as np
 
 from ._jit import jit
-from .mathfuncs import sigmoid32, tanh32
+from .mathfuncs import sigmoid_elman, tanh_elman
 
 TANH, SIGMOID, RELU, IDENTITY = 0, 1, 2, 3
 
@@ -20,20 +19,12 @@ def _activate_segment(v, act):
         for i in range(n):
             if v[i] < 0:             # NaN stays NaN
                 v[i] = 0
-    elif v.itemsize == 4:
-        if act == TANH:
-            for i in range(n):
-                v[i] = tanh32(v[i])
-        elif act == SIGMOID:
-            for i in range(n):
-                v[i] = sigmoid32(v[i])
-    else:
-        if act == TANH:
-            for i in range(n):
-                v[i] = np.tanh(v[i])
-        elif act == SIGMOID:
-            for i in range(n):
-                v[i] = 1.0 / (1.0 + np.exp(-v[i]))
+    elif act == TANH:
+        for i in range(n):
+            v[i] = tanh_elman(v[i])
+    elif act == SIGMOID:
+        for i in range(n):
+            v[i] = sigmoid_elman(v[i])
 
 
 @jit

@@ -169,6 +169,48 @@ def _tanh(x):
     return lambda x: math.tanh(x)
 
 
+# Elman's activations and the softmax's exp, picked for the argument's float type when a
+# kernel compiles, so that a kernel compiles only its own dtype's arithmetic: float32
+# takes the functions above (correctly rounded or 1 ulp off), float64 takes libm.
+
+def tanh_elman(x):
+    """tanh in x's float type: `tanh32` for float32, libm's for float64."""
+    raise NotImplementedError("called from compiled kernels only")
+
+
+def sigmoid_elman(x):
+    """1 / (1 + exp(-x)) in x's float type: `sigmoid32` for float32, libm's exp for
+    float64."""
+    raise NotImplementedError("called from compiled kernels only")
+
+
+def exp_shifted(v, shift):
+    """exp(v - shift) for v <= shift, v an entry of a float32 array (`exp_neg32`) or of a
+    float64 one (libm), shift float64."""
+    raise NotImplementedError("called from compiled kernels only")
+
+
+@overload(tanh_elman, inline="always")
+def _tanh_elman(x):
+    if x == types.float32:
+        return lambda x: tanh32(x)
+    return lambda x: np.tanh(x)
+
+
+@overload(sigmoid_elman, inline="always")
+def _sigmoid_elman(x):
+    if x == types.float32:
+        return lambda x: sigmoid32(x)
+    return lambda x: 1.0 / (1.0 + np.exp(-x))
+
+
+@overload(exp_shifted, inline="always")
+def _exp_shifted(v, shift):
+    if v == types.float32:
+        return lambda v, shift: exp_neg32(v - shift)
+    return lambda v, shift: np.exp(v - shift)
+
+
 # The gated cells apply these to one segment at a time in time-major layout (a row of
 # the gates is a sequence, a gate a range of its columns), and to blocks of rows in
 # feature-major layout (a gate of every unit is a row, the step's B sequences its

@@ -9,7 +9,7 @@ import numpy as np
 from ._jit import jit
 from .blas import gemm, row_sums, scratch, transpose_into
 from .directions import permute_steps
-from .mathfuncs import exp_neg32
+from .mathfuncs import exp_shifted
 
 SOFTMAX_CE, MSE = 0, 1
 
@@ -18,14 +18,9 @@ SOFTMAX_CE, MSE = 0, 1
 def _exp_shifted_sum(row, shift, sums):
     """row <- exp(row - shift) (entries do not exceed their shift); sums += row (float64),
     the entries as stored in row's dtype."""
-    if row.itemsize == 4:
-        for j in range(row.shape[0]):
-            row[j] = exp_neg32(row[j] - shift[j])
-            sums[j] += row[j]
-    else:
-        for j in range(row.shape[0]):
-            row[j] = np.exp(row[j] - shift[j])
-            sums[j] += row[j]
+    for j in range(row.shape[0]):
+        row[j] = exp_shifted(row[j], shift[j])
+        sums[j] += row[j]
 
 
 @jit(inline="always")
