@@ -1,0 +1,70 @@
+"""The kernels' compiles run at LLVM optimisation level 2 and leave Numba's own setting
+(NUMBA_OPT) as they found it, also when a compile fails."""
+import numpy as np
+import pytest
+from numba.core import config, event
+
+from fastbptt._kernels._jit import OPT_LEVEL, jit
+
+
+class _Levels(event.Listener):
+    """The level in force when each compiler pass of a compile starts."""
+
+    def __init__(self):
+        self.seen = set()
+
+    def on_start(self, ev):
+        self.seen.add(int(config.OPT))
+
+    def on_end(self, ev):
+        pass
+
+
+def _levels_of_a_compile(**options):
+    """Compile a new kernel (a new dispatcher, no cache); the levels its passes saw."""
+    @jit(cache=False, **options)
+    def kernel(x):
+        return x + 1.0
+
+    listener = _Levels()
+    with event.install_listener("numba:run_pass", listener):
+        assert kernel(1.0) == 2.0
+    return listener.seen
+
+
+def test_compiles_at_level_2_and_restores_numbas_level(monkeypatch):
+    monkeypatch.setattr(config, "OPT", type(config.OPT)(3))      # Numba's default
+    before = config.OPT
+    assert _levels_of_a_compile() == {OPT_LEVEL}
+    assert config.OPT is before
+
+
+def test_a_kernel_may_ask_for_level_3(monkeypatch):
+    monkeypatch.setattr(config, "OPT", type(config.OPT)(3))
+    assert _levels_of_a_compile(opt=3) == {3}
+    assert _levels_of_a_compile(opt=1) == {1}
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_a_lower_level_the_user_set_is_kept(monkeypatch, level):
+    monkeypatch.setattr(config, "OPT", type(config.OPT)(level))
+    assert _levels_of_a_compile() == {level}
+    assert int(config.OPT) == level
+
+
+def test_opt_max_is_kept(monkeypatch):
+    monkeypatch.setattr(config, "OPT", type(config.OPT)("max"))
+    assert _levels_of_a_compile() == {3}
+    assert config.OPT.is_opt_max
+
+
+def test_level_restored_after_a_failed_compile():
+    before = config.OPT
+
+    @jit(cache=False)
+    def broken(x):
+        return x.no_such_attribute
+
+    with pytest.raises(Exception, match="no_such_attribute"):
+        broken(np.zeros(3))
+    assert config.OPT is before
