@@ -10,7 +10,7 @@
 - ``error_model="numpy"``: division follows IEEE rules instead of raising, as in NumPy.
 - LLVM's optimisation level 2 (``OPT_LEVEL``) for these kernels' own compiles, where
   Numba's default is 3 (`_Compiler`): their hot loops are vectorized by hand or plainly
-  vectorizable, and level 3 made a first call compile 15 to 20% longer for the same speed
+  vectorizable, and level 3 made a first call compile 10 to 20% longer for the same speed
   (W1 ... W5, S1 ... S3, G1 ... G5 timed in turns in one process). A kernel that runs
   faster at level 3 says so (``jit(opt=3)``). A lower ``NUMBA_OPT`` the user sets, or
   ``NUMBA_OPT=max``, is left as it is.
