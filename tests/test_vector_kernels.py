@@ -9,7 +9,8 @@
   or more: a blocked product (KC rows at a time for every group of 4 sequences), the
   last 1 to 3 sequences in groups of 2 and 1, a narrower last panel (3, 2 or 1
   registers of output), K beyond and below KC; every sequence's outputs the same bits
-  whatever group it falls in.
+  whatever group it falls in; and on panels larger than `PREFETCH_BYTES`, where groups
+  of 4 prefetch the next chunk of rows as they go.
 - `transpose_into`, whose full tiles go through registers.
 - `all_finite` and `id_range`, which validation runs before falling back to NumPy.
 """
@@ -20,8 +21,9 @@ import fastbptt
 from fastbptt import reference
 from fastbptt._kernels.blas import transpose_into
 from fastbptt._kernels.checks import all_finite, id_range
-from fastbptt._kernels.matvec import (KC, PANEL_BYTES, VECTOR_BYTES, padded, paneled,
-                                     panel_columns, panels_axpy, rows_axpy)
+from fastbptt._kernels.matvec import (KC, PANEL_BYTES, PREFETCH_BYTES, PREFETCH_GROUPS,
+                                     VECTOR_BYTES, padded, paneled, panel_columns,
+                                     panels_axpy, rows_axpy)
 from conftest import assert_agree, make_problem
 
 DTYPES = [np.float32, np.float64]
@@ -142,6 +144,32 @@ def test_panels_axpy_matches_numpy(rng, dtype, S):
             np.testing.assert_allclose(out, expected, rtol=0, atol=tol * scale,
                                        err_msg=f"S={S} K={K} N={N}")
             np.testing.assert_array_equal(out_all[:, N:], before[:, N:])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("S", [4 * PREFETCH_GROUPS, 4 * PREFETCH_GROUPS + 3, 64])
+def test_panels_axpy_prefetching_matches_numpy(rng, dtype, S):
+    """Panels larger than PREFETCH_BYTES, enough groups of 4 to prefetch: the same sums,
+    and every sequence the same bits as alone (one sequence never prefetches)."""
+    size = np.dtype(dtype).itemsize
+    N = 63 * (VECTOR_BYTES // size)                 # 15 whole panels and one of 3 registers
+    K = PREFETCH_BYTES // (paneled(N, dtype) * size) + KC // 3
+    assert K * paneled(N, dtype) * size > PREFETCH_BYTES and K % KC
+    R = rng.standard_normal((K, N)).astype(dtype)
+    Rc = np.empty(K * paneled(N, dtype), dtype)
+    panel_columns(R, Rc, N)
+    x = rng.standard_normal((S, K)).astype(dtype)
+    out = rng.standard_normal((S, N)).astype(dtype)
+    before = out.copy()
+    expected = out.astype(np.float64) + x.astype(np.float64) @ R.astype(np.float64)
+    panels_axpy(Rc, K, x, out)
+    scale = np.abs(R).sum(axis=0).max() * np.abs(x).max() + 1
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(out, expected, rtol=0, atol=tol * scale)
+    for s in (0, S // 2, S - 1):
+        alone = before[s:s + 1].copy()
+        panels_axpy(Rc, K, x[s:s + 1], alone)
+        np.testing.assert_array_equal(alone[0], out[s])
 
 
 @pytest.mark.parametrize("bad", ["panels", "x", "out"])

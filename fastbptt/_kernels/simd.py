@@ -21,7 +21,7 @@ from ._jit import jit
 VECTOR_BYTES = 64           # one AVX-512 register; LLVM splits it on narrower machines
 
 
-def _axpy_block(vectors, nseq, halves=None):
+def _axpy_block(vectors, nseq, halves=None, prefetch=False):
     """An intrinsic: for each of ``nseq`` sequences s,
     out_s[:w] += sum_j x_s[j * incx] * R[j * ldr, :w], w = ``vectors`` registers.
 
@@ -32,13 +32,16 @@ def _axpy_block(vectors, nseq, halves=None):
     ostep (likewise), K (rows). One sequence with at most 8 registers keeps a second set
     of sums for odd j, so that enough multiply-adds are in flight, unless ``halves`` is 1
     (then every output adds the rows in order, j = 0 ... K-1, as with several sequences).
+
+    With ``prefetch``, two more arguments, pf and pfstep (intp): each row j also asks
+    for the cache line at address pf + j pfstep to be brought into L2 (`matvec.panels_axpy`:
+    the rows of R that the next call reads). A prefetch never faults, and touches nothing.
     """
     if halves is None:
         halves = 2 if nseq == 1 and vectors <= 8 else 1
 
-    @intrinsic
-    def axpy_block(typingctx, like, r, ldr, x, xstep, incx, out, ostep, K):
-        sig = types.void(like, *([types.intp] * 8))
+    def typer(like):
+        sig = types.void(like, *([types.intp] * (8 + 2 * prefetch)))
         double = like.dtype == types.float64
         scalar = ir.DoubleType() if double else ir.FloatType()
         size = 8 if double else 4
@@ -47,7 +50,7 @@ def _axpy_block(vectors, nseq, halves=None):
         suffix = f"v{lanes}{'f64' if double else 'f32'}"
 
         def codegen(context, builder, signature, args):
-            _, r, ldr, x, xstep, incx, out, ostep, K = args
+            _, r, ldr, x, xstep, incx, out, ostep, K = args[:9]
             word = r.type
             one, two = ir.Constant(word, 1), ir.Constant(word, 2)
             fmuladd = cgutils.get_or_insert_function(
@@ -74,9 +77,21 @@ def _axpy_block(vectors, nseq, halves=None):
             undef = ir.Constant(vec, ir.Undefined)
             splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
 
+            if prefetch:
+                pf, pfstep = args[9:]
+                byte_ptr, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+                llvm_prefetch = cgutils.get_or_insert_function(
+                    builder.module, ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]),
+                    "llvm.prefetch.p0")
+                # read, locality 1 (prefetcht2: into L2 here), data
+                hints = [ir.Constant(i32, 0), ir.Constant(i32, 1), ir.Constant(i32, 1)]
+
             def add_row(j, half):
                 row = builder.gep(r_ptr, [builder.mul(j, ldr)])
                 w = [builder.load(vector_at(row, v), align=size) for v in range(vectors)]
+                if prefetch:
+                    line = builder.add(pf, builder.mul(j, pfstep))
+                    builder.call(llvm_prefetch, [builder.inttoptr(line, byte_ptr)] + hints)
                 for s in range(nseq):
                     xj = builder.load(builder.gep(xs[s], [builder.mul(j, incx)]))
                     xv = builder.shuffle_vector(
@@ -103,6 +118,14 @@ def _axpy_block(vectors, nseq, halves=None):
 
         return sig, codegen
 
+    if prefetch:
+        @intrinsic
+        def axpy_block(typingctx, like, r, ldr, x, xstep, incx, out, ostep, K, pf, pfstep):
+            return typer(like)
+    else:
+        @intrinsic
+        def axpy_block(typingctx, like, r, ldr, x, xstep, incx, out, ostep, K):
+            return typer(like)
     return axpy_block
 
 
@@ -112,6 +135,8 @@ _a8_2, _a4_2, _a2_2, _a1_2 = (_axpy_block(v, 2) for v in (8, 4, 2, 1))
 _a4_4, _a2_4, _a1_4 = (_axpy_block(v, 4) for v in (4, 2, 1))
 # one sequence, rows added in order (`panel_block`)
 _o4_1, _o2_1, _o1_1 = (_axpy_block(v, 1, halves=1) for v in (4, 2, 1))
+# 4 sequences in a whole panel, prefetching (`panel_block`)
+_p4_4 = _axpy_block(4, 4, prefetch=True)
 
 
 @jit(inline="always")
@@ -147,12 +172,15 @@ def axpy_block(vectors, nseq, like, r, ldr, x, xstep, incx, out, ostep, K):
 
 
 @jit(inline="always")
-def panel_block(vectors, nseq, like, r, ldr, x, xstep, out, ostep, K):
+def panel_block(vectors, nseq, like, r, ldr, x, xstep, out, ostep, K, pf, pfstep):
     """`_axpy_block` for ``nseq`` in (1, 2, 4) sequences and ``vectors`` in (1, 2, 3, 4)
     registers (3 as 2 + 1), x's entries contiguous, every output adding the rows in order
-    (`matvec.panels_axpy`)."""
+    (`matvec.panels_axpy`). 4 sequences in 4 registers prefetch the line at pf + j pfstep
+    with each row j unless pfstep is 0; the other blocks ignore pf and pfstep."""
     if vectors == 4:
-        if nseq == 4:
+        if nseq == 4 and pfstep:
+            _p4_4(like, r, ldr, x, xstep, 1, out, ostep, K, pf, pfstep)
+        elif nseq == 4:
             _a4_4(like, r, ldr, x, xstep, 1, out, ostep, K)
         elif nseq == 2:
             _a4_2(like, r, ldr, x, xstep, 1, out, ostep, K)
