@@ -46,9 +46,11 @@ KC = 1024
 # GF/s without / with, in turns: K x N 1024 x 4096 168-183 / 200-209, 4096 x 1024
 # 172-201 / 188-215; G4 3 to 6% faster. With 4 groups (a line a row), or all lines
 # before each group's call, it was slower than none; with W in L2 (Elman at H = 128) it
-# cost up to 4%, and on 4 MB of panels (1024 x 1024) 2% (218 against 222).
+# cost up to 4%. Beyond 1 MB (the size of L2 here) W5 (4 MB) ran as fast with it as
+# without (paired ratios 0.99 on one thread, 1.01 on two), and G4 on two threads, whose
+# forward pass reads 2 MB of panels per gate and thread, 5 to 6% faster than beyond 4 MB.
 PREFETCH_GROUPS = 7
-PREFETCH_BYTES = 4 << 20
+PREFETCH_BYTES = 1 << 20
 
 
 def padded(n, dtype):
