@@ -44,7 +44,7 @@ KC = 1024
 # groups walking one chunk of KC rows prefetch the next chunk into L2, each group its
 # share, a line every few rows. LSTM at H = 1024, 32 sequences (8 groups), 50 steps,
 # GF/s without / with, in turns: K x N 1024 x 4096 168-183 / 200-209, 4096 x 1024
-# 172-201 / 188-215; G4 3 to 6% faster. With 4 groups (a line a row), or all lines
+# 172-201 / 188-215; G4 3 to 13% faster. With 4 groups (a line a row), or all lines
 # before each group's call, it was slower than none; with W in L2 (Elman at H = 128) it
 # cost up to 4%. Beyond 1 MB (the size of L2 here) W5 (4 MB) ran as fast with it as
 # without (paired ratios 0.99 on one thread, 1.01 on two), and G4 on two threads, whose
