@@ -561,8 +561,12 @@ def _user_dx(fw, dX):
     for k in range(1, len(dirs)):
         permute_steps(dX[k], total, fw.idx, tm, True)
     if tm:
-        return np.ascontiguousarray(total.reshape(p.T, p.B, L).transpose(1, 0, 2))
-    return np.ascontiguousarray(total.reshape(L, p.T, p.B).transpose(2, 1, 0))
+        dx = np.ascontiguousarray(total.reshape(p.T, p.B, L).transpose(1, 0, 2))
+    else:
+        dx = np.ascontiguousarray(total.reshape(L, p.T, p.B).transpose(2, 1, 0))
+    # One sequence or one step: the transposed view is contiguous already, and is
+    # scratch memory that the next call overwrites; `back`'s dx is the caller's own.
+    return dx.copy() if np.may_share_memory(dx, total) else dx
 
 
 def _natural_output(fw, l, name):

@@ -111,10 +111,7 @@ class _Layers(torch.autograd.Function):
         r = ctx.back(dh, _numpy(dh_n), _numpy(dc_n))
         dh0 = _tensor(r.dh0) if ctx.needs_input_grad[2] else None
         dc0 = _tensor(r.dc0) if ctx.needs_input_grad[3] else None
-        dx = r.dx
-        if dx is not None and not dx.flags.owndata:
-            dx = dx.copy()          # (B = 1 and T = 1 or one feature: a view of scratch memory)
-        return (None, _tensor(dx), dh0, dc0, *_weight_grads(cfg, r.grads))
+        return (None, _tensor(r.dx), dh0, dc0, *_weight_grads(cfg, r.grads))
 
 
 def run(cfg, x, h0, c0, weights):
