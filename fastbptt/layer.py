@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._kernels.batch_steps import batch_from_steps
-from ._inputs import _array, _check_finite, prepare_layer
+from ._inputs import _array, _check_finite, _in_dtype, prepare_layer
 from ._results import LayerGrads, LayerOutput
 from ._stack import run_forward
 from ._workspace import fresh, workspace
@@ -63,18 +63,29 @@ def _caller_states(problem, array):
     return array[:, 0] if problem.single else array
 
 
+_OF = {"dh": "h", "dh_final": "h_final", "dc_final": "c_final"}
+
+
 def _upstream(name, value, problem, shape, check_finite):
-    """dh or dh_final as an array of the compute dtype and the caller's ``shape``."""
+    """dh, dh_final or dc_final as an array of the compute dtype and the caller's
+    ``shape``. dh's padding steps (past a sequence's length) are not read, as x's are not:
+    whatever they hold, they count as zeros."""
     arr = _array(name, value, "floats")
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must hold floats, the gradient of the loss with respect to "
                         f"the layer's {'states' if name == 'dh' else 'final states'}; got "
                         f"dtype {arr.dtype}")
     if arr.shape != shape:
-        raise ValueError(f"{name} must have shape {shape}, that of out."
-                         f"{'h' if name == 'dh' else 'h_final'}; got {arr.shape}")
-    _check_finite(name, arr, check_finite)
-    return arr.astype(problem.dtype, copy=False)
+        raise ValueError(f"{name} must have shape {shape}, that of out.{_OF[name]}; got "
+                         f"{arr.shape}")
+    if name == "dh" and arr.size and (problem.lengths < problem.T).any():
+        mask = problem.padding_mask()
+        steps = arr.reshape(mask.shape + (-1,))
+        _check_finite(name, steps, check_finite, mask, shape=shape)
+        arr = np.where(mask[..., None], steps, 0).reshape(shape)
+    else:
+        _check_finite(name, arr, check_finite, shape=shape)
+    return _in_dtype(name, arr, problem.dtype, check_finite, shape)
 
 
 def _own(problem):
