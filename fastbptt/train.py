@@ -25,6 +25,7 @@ import numpy as np
 from . import _resume
 from . import checkpoint as ckpt_io
 from ._cursors import Carried, Recipe, place_local, zero_state
+from ._inputs import _full_bptt
 from ._kernels.checks import all_finite
 from ._ranges import Choice, Range, flag
 from ._run_saves import Diverged
@@ -106,8 +107,8 @@ class TrainOptions:
         return {"momentum": self.momentum} if self.optimizer == "sgd" else {}
 
     def check(self):
-        """ValueError naming the first option outside its range (`OPTION_RANGES`), or a
-        stride longer than the window."""
+        """ValueError naming the first option outside its range (`OPTION_RANGES`), a
+        stride longer than the window, or windows per output on a stack."""
         for f in dataclasses.fields(self):
             if f.name in OPTION_RANGES:
                 try:
@@ -122,6 +123,11 @@ class TrainOptions:
         if s > k:
             raise ValueError(f"--stride {s} exceeds the window of {k} steps (--truncate, or "
                              "--seq-length without it); choose 1 <= stride <= truncate")
+        if self.layers > 1 and s < k and not _full_bptt(k, s, self.seq_length):
+            raise ValueError(f"--stride {s} below --truncate {k} (a window per output) is not "
+                             f"supported with --layers {self.layers}: an output's window would "
+                             "end at different steps in different layers; use --stride "
+                             f"{k} (chunks) or --layers 1")
         largest = float(np.finfo(self.dtype).max)
         if self.lr > largest:
             raise ValueError(f"--lr {self.lr:g} is beyond the range of --dtype {self.dtype} "

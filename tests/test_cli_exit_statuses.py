@@ -62,6 +62,8 @@ USAGE = [
      "argument --val-fraction: must be a finite number in (0, 1)"),
     (["train", "tiny.txt", *SMALL, "--truncate", "4", "--stride", "5"],
      "--stride 5 exceeds the window of 4 steps", PROCESS),
+    (["train", "tiny.txt", *SMALL, "--layers", "2", "--truncate", "3", "--stride", "1"],
+     "--stride 1 below --truncate 3 (a window per output) is not supported with --layers 2"),
     (["train", "tiny.txt", *SMALL, "--temperature", "0"], "argument --temperature"),
     (["train", "tiny.txt", *SMALL, "--sample-chars", "-5"], "argument --sample-chars"),
     (["train", "tiny.txt", *SMALL, "--lr-final", "1.5"], "argument --lr-final"),
