@@ -290,6 +290,11 @@ def test_refusals():
         bridge(x, torch.zeros(1, 1, 3))
     with pytest.raises(RuntimeError, match="input_size"):
         bridge(torch.randn(4, 1, 5, dtype=torch.float64))
+    for kind in (torch.bool, torch.complex128):       # neither floats nor token ids
+        for shape in ((4, 1, 2), (4, 1)):
+            with pytest.raises(TypeError, match=f"floats of the weights' dtype, or integer "
+                                                f"token ids; got {kind}"):
+                bridge(torch.ones(shape, dtype=kind))
     (g,) = torch.autograd.grad(bridge(x)[0].sum(), x, create_graph=False)
     assert g.shape == x.shape
     with pytest.raises(RuntimeError, match="double backward"):

@@ -53,6 +53,13 @@ def _check_tensors(module, tensors):
             raise ValueError(f"hx dtype ({t.dtype}) does not match weight dtype ({dtype})")
 
 
+def _check_kind(input):
+    """TypeError for input that is neither floats nor integer token ids."""
+    if input.dtype == torch.bool or input.is_complex():
+        raise TypeError(f"input must hold floats of the weights' dtype, or integer token "
+                        f"ids; got {input.dtype}")
+
+
 class _Padding:
     """Where the rows of a ``PackedSequence``'s data sit in a zero-padded batch-first
     (B, T, F) tensor, and the sequences' lengths (in the packed, sorted order)."""
@@ -107,6 +114,7 @@ class _Bridge:
             output = PackedSequence(padding.pack(out), batch_sizes, sorted_indices,
                                     unsorted_indices)
             return output, self.permute_hidden(hidden, unsorted_indices)
+        _check_kind(input)
         features = int(input.is_floating_point())          # token ids have no feature axis
         if input.dim() not in (1 + features, 2 + features):
             raise ValueError(f"{type(self).__name__}: Expected input to be {1 + features}D or "
@@ -142,9 +150,7 @@ class _Bridge:
             else:
                 self.check_forward_args(input, hx, batch_sizes)
             return
-        if input.dtype == torch.bool or input.is_complex():
-            raise TypeError(f"input must hold floats of the weights' dtype, or integer token "
-                            f"ids; got {input.dtype}")
+        _check_kind(input)
         want = 1 if batch_sizes is not None else 2
         if input.dim() != want:
             raise RuntimeError(f"token ids must have {want} dimensions, got {input.dim()}")
