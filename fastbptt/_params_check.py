@@ -161,8 +161,11 @@ def _stack(model, rebuild, stacked, cell, check_finite, head, prefix_of):
                 raise ValueError(f"{p}U must be ({G * H}, input_size) to match {p}W {W.shape}; "
                                  f"got {U.shape}")
             if l == 0:
+                if not U.shape[1]:
+                    raise ValueError(f"{p}U must have input_size >= 1 columns, one per "
+                                     f"input feature or token id; got {U.shape}")
                 L = L or U.shape[1]
-                if U.shape[1] != L or not L:
+                if U.shape[1] != L:
                     raise ValueError(f"{p}U must have {L} columns like {first}U (both read "
                                      f"the inputs); got {U.shape}")
             elif U.shape[1] != H * D:

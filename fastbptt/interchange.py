@@ -134,7 +134,11 @@ def from_torch(rnn_state_dict, head_state_dict=None, *, dtype=None):
     if cell is None:
         raise ValueError(f"weight_hh_l0 must be (G H, H) with G = 1, 3 or 4 (RNN, GRU, LSTM); "
                          f"got {W0.shape}")
-    L = state["weight_ih_l0"].shape[-1] if state["weight_ih_l0"].ndim == 2 else 0
+    U0 = state["weight_ih_l0"]
+    if U0.ndim != 2 or not U0.shape[1]:
+        raise ValueError(f"weight_ih_l0 must be ({rows}, input_size) with input_size >= 1; "
+                         f"got shape {tuple(U0.shape)}")
+    L = U0.shape[1]
     layers = []
     for l in range(num_layers):
         row = []
@@ -157,7 +161,12 @@ def from_torch(rnn_state_dict, head_state_dict=None, *, dtype=None):
         if extra or "weight" not in head:
             raise ValueError(f"head_state_dict must be an nn.Linear's: 'weight' and optionally "
                              f"'bias'; got keys {sorted(head)}")
-        V = np.array(_shape(head, "weight", (head["weight"].shape[0], H * D)), dtype)
+        weight = head["weight"]
+        if weight.ndim != 2:
+            raise ValueError(f"head_state_dict weight must be (output_size, {H * D}), an "
+                             f"nn.Linear's over the top layer's outputs; got shape "
+                             f"{tuple(weight.shape)}")
+        V = np.array(_shape(head, "weight", (weight.shape[0], H * D)), dtype)
         if "bias" in head:
             c = np.array(_shape(head, "bias", (V.shape[0],)), dtype)
     return Model(tuple(layers), V, c)

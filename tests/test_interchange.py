@@ -156,6 +156,14 @@ def test_bad_heads_and_kinds():
         fastbptt.from_torch(sd, {"weight": np.zeros((C, 3))})
     with pytest.raises(ValueError, match=r"bias must have shape \(4,\)"):
         fastbptt.from_torch(sd, {"weight": np.zeros((C, H)), "bias": np.zeros(3)})
+    with pytest.raises(ValueError, match=r"head_state_dict weight must be \(output_size, 2\)"
+                                         r".*got shape \(\)"):
+        fastbptt.from_torch(sd, {"weight": np.float64(1.0)})
+    with pytest.raises(ValueError, match=r"weight_ih_l0 must be \(2, input_size\) with "
+                                         r"input_size >= 1; got shape \(2, 0\)"):
+        fastbptt.from_torch({**sd, "weight_ih_l0": np.zeros((H, 0))})
+    with pytest.raises(ValueError, match=r"got shape \(\)"):
+        fastbptt.from_torch({**sd, "weight_ih_l0": np.float64(1.0)})
     with pytest.raises(TypeError, match="state dict"):
         fastbptt.from_torch([("weight_ih_l0", np.zeros((2, 3)))])
     with pytest.raises(TypeError, match="pass dtype"):
