@@ -109,6 +109,17 @@ def _targets(problem, wide, grads, states):
     return out
 
 
+def _step(eps):
+    """eps as a float; TypeError or ValueError unless it is a finite number above 0."""
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer,
+                                                                   np.floating)):
+        raise TypeError(f"eps must be a number (the finite-difference step); got {eps!r}")
+    if not (np.isfinite(eps) and eps > 0):
+        raise ValueError(f"eps must be a finite number above 0 (the finite-difference "
+                         f"step, default {DEFAULT_EPS:.3g}); got {eps!r}")
+    return eps
+
+
 def _errors(targets, loss, eps):
     """{name: relative error} of each analytic gradient against central differences of
     loss() as each entry of its array moves by +-eps."""
@@ -157,6 +168,7 @@ def check_grad(x, y, params, *, eps=None, impl=None, **options):
         'layers.<l>.<d>.U', ..., 'V', 'c' for a stack), then 'h0' where h0 was given and
         'c0' where c0 was given and the result has a dc0.
     """
+    eps = None if eps is None else _step(eps)
     problem = prepare(x, y, params, **options)
     result = (impl or bptt)(x, y, params, **options)
     wide = _widen(problem)
@@ -200,6 +212,7 @@ def check_layer_grad(x, params, dh, dh_final=None, dc_final=None, *, eps=None, i
         'layers.<l>.<d>.U', ... for a stack), then 'x' for dense inputs, 'h0' and 'c0'
         where given.
     """
+    eps = None if eps is None else _step(eps)
     problem = prepare_layer(x, params, **options)
     result = (impl or vjp)(x, params, **options)[1](dh, dh_final, dc_final)
     wide = _widen(problem)

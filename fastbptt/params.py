@@ -150,12 +150,17 @@ def init_params(input_size, hidden_size, output_size, *, cell="elman", num_layer
     if not isinstance(cell, str) or cell not in CELLS:
         raise ValueError(f"unknown cell {cell!r}; valid cells are "
                          f"{', '.join(map(repr, CELLS))}")
-    if not isinstance(bidirectional, (bool, np.bool_)):
-        raise TypeError(f"bidirectional must be True or False; got {bidirectional!r}")
+    for name, flag in (("bidirectional", bidirectional), ("bias", bias)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True or False; got {flag!r}")
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
         raise TypeError(f"dtype must be float32 or float64; got {dtype}")
-    rng = np.random.default_rng(seed)
+    try:
+        rng = np.random.default_rng(seed)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"seed must be None, a non-negative int or a numpy Generator; got "
+                          f"{seed!r} ({error})") from None
     scale = 1.0 / np.sqrt(hidden_size)
 
     def draw(*shape):

@@ -1,4 +1,6 @@
 """Every params structure goes in and comes back out as itself; init_params; bad structures."""
+import re
+
 import numpy as np
 import pytest
 
@@ -150,6 +152,19 @@ def test_init_params_seed():
         assert not np.array_equal(getattr(same[0], k), getattr(other, k))
 
 
+@pytest.mark.parametrize("options,error,message", [
+    ({"bias": "no"}, TypeError, "bias must be True or False; got 'no'"),
+    ({"bidirectional": 1}, TypeError, "bidirectional must be True or False; got 1"),
+    ({"seed": -1}, ValueError, "seed must be None, a non-negative int or a numpy Generator; "
+                               "got -1"),
+    ({"seed": "a"}, TypeError, "seed must be None"),
+    ({"num_layers": 0}, ValueError, "num_layers must be at least 1; got 0"),
+])
+def test_init_params_refusals(options, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        fastbptt.init_params(L, H, C, **options)
+
+
 def test_params_sizes():
     U, W, V = np.zeros((H, L)), np.zeros((H, H)), np.zeros((C, H))
     assert fastbptt.Params(U, W, V).sizes == (L, H, C)
@@ -186,3 +201,13 @@ def test_wrong_sequence_length(n):
     a = arrays(True) + [np.zeros(H)]
     with pytest.raises(ValueError):
         fastbptt.grad(*data(), tuple(a[:n]))
+
+
+@pytest.mark.parametrize("stacked", [False, True])
+def test_layer_without_input_columns(stacked):
+    layer = fastbptt.Layer(np.zeros((H, 0)), np.zeros((H, H)))
+    params = fastbptt.Model(((layer,),)) if stacked else layer
+    where = "params layers[0][0] U" if stacked else "params U"
+    with pytest.raises(ValueError, match=re.escape(f"{where} must have input_size >= 1 "
+                                                   f"columns") + rf".*got \({H}, 0\)"):
+        fastbptt.layer.vjp(np.zeros((2, 3, 0)), params)
