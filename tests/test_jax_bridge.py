@@ -232,3 +232,87 @@ def test_refusals_while_tracing():
         fj.rnn(p._replace(b=p.b.astype(jnp.float32)), x)
     with pytest.raises(TypeError, match="one layer"):
         fj.rnn([p, p], x)
+
+
+def zeros(*shape):
+    return np.zeros(shape)          # made JAX arrays in the tests, under their x64 setting
+
+
+# (cell, params, exception, a distinctive part of the message): refused while tracing with
+# fastbptt.layer's own messages, never inside the host callback (a JaxRuntimeError)
+BAD_PARAMS = {
+    "b-shape": ("lstm", {"U": zeros(4 * H, L), "W": zeros(4 * H, H), "b": zeros(3)},
+                ValueError, r"params b must have shape \(20,\) to match params W \(20, 5\); "
+                            r"got \(3,\)"),
+    "b-2d": ("elman", {"U": zeros(H, L), "W": zeros(H, H), "b": zeros(1, H)},
+             ValueError, r"params b must have shape \(5,\) .* got \(1, 5\)"),
+    "bh-lstm": ("lstm", {"U": zeros(4 * H, L), "W": zeros(4 * H, H), "b": zeros(4 * H),
+                         "bh": zeros(4 * H)}, ValueError, "params bh is for a GRU only"),
+    "bh-elman": ("elman", fastbptt.Layer(zeros(H, L), zeros(H, H), None, zeros(H)),
+                 ValueError, "params bh is for a GRU only"),
+    "gru-b-without-bh": ("gru", {"U": zeros(3 * H, L), "W": zeros(3 * H, H), "b": zeros(3 * H)},
+                         ValueError, r"params bh is missing: .* bh \(15,\)"),
+    "gru-bh-shape": ("gru", (zeros(3 * H, L), zeros(3 * H, H), zeros(3 * H), zeros(H)),
+                     ValueError, r"params bh must have shape \(15,\) .* got \(5,\)"),
+    "unknown-key": ("lstm", {"U": zeros(4 * H, L), "W": zeros(4 * H, H), "Z": zeros(4 * H)},
+                    ValueError, r"unknown key\(s\) 'Z'"),
+    "nested": ("lstm", {"U": zeros(4 * H, L), "W": zeros(4 * H, H), "b": {"x": zeros(4 * H)}},
+               TypeError, "params b must be an array, not a dict"),
+    "nested-list": ("elman", (zeros(H, L), zeros(H, H), [zeros(H)]),
+                    TypeError, "params b must be an array, not a list"),
+    "tuple-of-5": ("elman", (zeros(H, L), zeros(H, H), zeros(H), zeros(H), zeros(H)),
+                   ValueError, "got 5 items"),
+    "W-0d": ("lstm", {"U": zeros(4 * H, L), "W": np.float64(1)},
+             ValueError, r"params W must be 2-D .* got shape \(\)"),
+    "hidden-size-0": ("elman", {"U": zeros(0, L), "W": zeros(0, 0)},
+                      ValueError, r"hidden_size >= 1; got shape \(0, 0\)"),
+    "U-rows": ("gru", {"U": zeros(H, L), "W": zeros(3 * H, H)},
+               ValueError, r"params U must be \(15, input_size\) to match params W \(15, 5\)"),
+    "other-cell": ("lstm", {"U": zeros(H, L), "W": zeros(H, H)},
+                   ValueError, r"LSTM cell needs .* an Elman cell \(fastbptt.jax.rnn\)"),
+    "with-head": ("elman", {"U": zeros(H, L), "W": zeros(H, H), "V": zeros(2, H)},
+                  TypeError, "no output layer"),
+    "stack": ("elman", fastbptt.Model(((fastbptt.Layer(zeros(H, L), zeros(H, H)),),)),
+              TypeError, "got a stack of layers"),
+}
+
+
+@pytest.mark.parametrize("how", ["eager", "jit", "jit-grad"])
+@pytest.mark.parametrize("case", BAD_PARAMS)
+def test_params_refused_while_tracing(case, how):
+    cell, params, error, match = BAD_PARAMS[case]
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    fn = layer_fn(cell)
+    call = {"eager": fn,
+            "jit": jax.jit(fn),
+            "jit-grad": jax.jit(jax.grad(lambda p, x: fn(p, x)[0].sum()))}[how]
+    with pytest.raises(error, match=match):
+        call(params, jnp.zeros((B, T, L)))
+
+
+@pytest.mark.parametrize("case", ["b-shape", "bh-lstm", "gru-b-without-bh", "unknown-key",
+                                  "W-0d", "hidden-size-0", "U-rows"])
+def test_params_refused_as_by_the_numpy_api(case):
+    """The same params, as NumPy arrays, get the same message from fastbptt.layer.vjp."""
+    cell, params, error, _ = BAD_PARAMS[case]
+    x = np.zeros((B, T, L))
+    with pytest.raises(error) as numpy_api:
+        fastbptt.layer.vjp(x, params, cell=cell)
+    with pytest.raises(error) as jax_api:
+        layer_fn(cell)(jax.tree_util.tree_map(jnp.asarray, params), jnp.asarray(x))
+    assert str(jax_api.value) == str(numpy_api.value)
+
+
+def test_params_checked_once_per_trace(monkeypatch):
+    """Valid calls under jit pay for the checks only when JAX traces them."""
+    from fastbptt.jax import _layer
+
+    calls = []
+    check = _layer.check_layers
+    monkeypatch.setattr(_layer, "check_layers", lambda *a, **k: calls.append(1) or check(*a, **k))
+    rng = np.random.default_rng(9)
+    p = draw("gru", rng)
+    step = jax.jit(jax.value_and_grad(lambda p, x: fj.gru(p, x)[0].sum()))
+    for _ in range(3):
+        jax.block_until_ready(step(p, jnp.asarray(rng.normal(size=(B, T, L)))))
+    assert len(calls) == 1

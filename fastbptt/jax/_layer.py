@@ -1,9 +1,12 @@
 """`rnn`, `gru`, `lstm`: one layer through ``jax.custom_vjp`` and ``jax.pure_callback``.
 
 Shapes, dtypes and options are checked while tracing (a pure callback must not raise);
-fastbptt checks values on the host. The params' pytree (a `fastbptt.Layer`, a dict with
-keys U, W, b, bh, or a tuple (U, W[, b[, bh]])) is rebuilt on the host with NumPy leaves,
-and the gradients come back in the same pytree.
+fastbptt checks values on the host. The params are checked by the NumPy API's own rules
+(`fastbptt.params.read_layer` for their structure, `check_layers` for each entry's shape
+and the biases a cell takes, run on empty host arrays of the same shapes), so both APIs
+refuse the same params with the same messages. The params' pytree (a `fastbptt.Layer`, a
+dict with keys U, W, b, bh, or a tuple (U, W[, b[, bh]])) is rebuilt on the host with
+NumPy leaves, and the gradients come back in the same pytree.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ import numpy as np
 
 from .. import layer as _layer
 from .._bridge_options import check_truncation
-from ..params import CELLS
+from .._params_check import check_layers
+from ..params import CELLS, LAYER_NAMES, Layer, read_layer
 from . import _kept
 
 ACTIVATIONS = ("tanh", "sigmoid", "relu", "identity")
@@ -126,19 +130,61 @@ _run.defvjp(_run_fwd, _run_bwd)
 
 # ---- checks while tracing ---------------------------------------------------------------
 
-def _weights(params):
-    """U and W of one layer's params."""
-    if isinstance(params, dict):
-        if "U" not in params or "W" not in params:
-            raise ValueError(f"params must have keys 'U', 'W' (and optionally 'b', 'bh'); got "
-                             f"keys {sorted(map(str, params))}")
-        return params["U"], params["W"]
-    if isinstance(params, (tuple, list)) and 2 <= len(params) <= 4 and not any(
-            isinstance(v, (tuple, list, dict)) for v in params):
-        return params[0], params[1]
-    raise TypeError("params must be one layer: a fastbptt.Layer, a dict with keys 'U', 'W' "
-                    "(and optionally 'b', 'bh') or a tuple (U, W[, b[, bh]]); got "
-                    f"{type(params).__name__}")
+NAMES = {"elman": "Elman", "gru": "GRU", "lstm": "LSTM"}
+LAYER_FN = {"elman": "rnn", "gru": "gru", "lstm": "lstm"}
+ONE_LAYER = ("one layer: a fastbptt.Layer, a dict with keys 'U', 'W' (and optionally 'b', "
+             "'bh') or a tuple (U, W[, b[, bh]])")
+
+
+def _array(value):
+    """``value`` as a JAX array (a tracer while tracing), converted only if it is not one."""
+    return value if isinstance(value, jax.Array) else jnp.asarray(value)
+
+
+def _entry(name, value):
+    """One entry of the params as a JAX array (None stays None), refusing containers."""
+    if value is None or isinstance(value, jax.Array):
+        return value
+    if not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(value)):
+        raise TypeError(f"params {name} must be an array, not a {type(value).__name__}: params "
+                        f"are {ONE_LAYER}, with one array at each entry and nothing nested")
+    try:
+        return _array(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"params {name} must be an array; got {type(value).__name__}") from None
+
+
+def _check_params(cell, params):
+    """(leaves, treedef, dtype, (L, H)) of one layer's params, from shapes and dtypes alone.
+
+    The structure, each entry's shape and the biases the cell takes are checked by the
+    NumPy API's own `check_layers`, run on empty host arrays of the same shapes and dtype,
+    so the messages are fastbptt.layer's: the params' values are not read.
+    """
+    model, _, stacked = read_layer(params)             # unknown keys, tuple lengths, kinds
+    if stacked:
+        raise TypeError(f"fastbptt.jax takes {ONE_LAYER}; got a stack of layers: call it once "
+                        f"per layer and direction, feeding each layer's h to the next")
+    entries = {k: _entry(k, v) for k, v in zip(LAYER_NAMES, model.layers[0][0])}
+    given = {k: v for k, v in entries.items() if v is not None}
+    dtypes = {v.dtype for v in given.values()}
+    if len(dtypes) > 1 or not dtypes <= set(FLOATS):
+        raise TypeError(f"params must all be float32 or all float64 (float64 needs "
+                        f"jax.config.update('jax_enable_x64', True)); got "
+                        f"{', '.join(f'{k} {v.dtype}' for k, v in given.items())}")
+    U, W, G = entries["U"], entries["W"], CELLS[cell]
+    if W is not None and W.ndim == 2 and W.shape[1] and W.shape[0] != G * W.shape[1]:
+        found = next((c for c, g in CELLS.items() if W.shape[0] == g * W.shape[1]), None)
+        raise ValueError(f"the {NAMES[cell]} cell needs U ({G} H, L) and W ({G} H, H); got U "
+                         f"{None if U is None else U.shape} and W {W.shape}" + (
+                             f", the params of {'a' if found == 'gru' else 'an'} "
+                             f"{NAMES[found]} cell (fastbptt.jax.{LAYER_FN[found]})"
+                             if found else ""))
+    # U, W present; ranks; U, b, bh shapes against W; bh for the GRU only, and with b
+    empty = Layer(*(None if v is None else np.empty(v.shape, v.dtype) for v in entries.values()))
+    checked = check_layers(empty, cell=cell, check_finite=False)
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    return tuple(map(_array, leaves)), treedef, checked.dtype, checked.sizes[:2]
 
 
 def _state_check(name, value, want, dtype):
@@ -162,25 +208,14 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     if not isinstance(reverse, bool):
         raise TypeError(f"reverse must be True or False; got {reverse!r}")
     check_truncation(truncate, stride, reverse=reverse)
-    U, W = _weights(params)
-    leaves, treedef = jax.tree_util.tree_flatten(params)
-    leaves = tuple(jnp.asarray(v) for v in leaves)
-    dtype = jnp.asarray(W).dtype
-    if dtype not in FLOATS or any(v.dtype != dtype for v in leaves):
-        raise TypeError(f"params must all be float32 or all float64 (float64 needs "
-                        f"jax.config.update('jax_enable_x64', True)); got "
-                        f"{sorted({str(v.dtype) for v in leaves})}")
-    G, H = CELLS[cell], np.shape(W)[-1]
-    if np.ndim(W) != 2 or np.shape(W)[0] != G * H or np.ndim(U) != 2 or np.shape(U)[0] != G * H:
-        raise ValueError(f"the {cell.upper()} cell needs U ({G} H, L) and W ({G} H, H); got "
-                         f"U {np.shape(U)} and W {np.shape(W)}")
+    leaves, treedef, dtype, (L, H) = _check_params(cell, params)
     x = jnp.asarray(x)
     ids = bool(jnp.issubdtype(x.dtype, jnp.integer))
     if ids and x.ndim not in (1, 2):
         raise ValueError(f"x as token ids must be (T,) or (B, T); got shape {x.shape}")
-    if not ids and (x.ndim not in (2, 3) or x.shape[-1] != np.shape(U)[1] or x.dtype != dtype):
-        raise ValueError(f"x as dense floats must be (T, L) or (B, T, L) with L={np.shape(U)[1]} "
-                         f"from U and dtype {dtype}; got {x.shape} {x.dtype}")
+    if not ids and (x.ndim not in (2, 3) or x.shape[-1] != L or x.dtype != dtype):
+        raise ValueError(f"x as dense floats must be (T, L) or (B, T, L) with L={L} from U and "
+                         f"dtype {dtype}; got {x.shape} {x.dtype}")
     lead = x.shape if ids else x.shape[:-1]
     h = jax.ShapeDtypeStruct(lead + (H,), dtype)
     final = jax.ShapeDtypeStruct(lead[:-1] + (H,), dtype)
