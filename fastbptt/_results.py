@@ -21,7 +21,7 @@ class BPTTResult(NamedTuple):
         dL/dh0, same shape as h_final; zeros when h0 was not given.
     c_final, dc0 : ndarray or None
         The LSTM's final cell state and dL/dc0, shaped like h_final (dc0 zeros when
-        neither h0 nor c0 was given); None for other cells.
+        c0 was not given); None for other cells.
     """
 
     loss: float
@@ -73,7 +73,8 @@ class LayerGrads(NamedTuple):
     dh0 : ndarray
         dL/dh0, shaped like h_final; zeros when h0 was not given.
     dc0 : ndarray or None
-        The LSTM's dL/dc0; None for other cells.
+        The LSTM's dL/dc0, shaped like h_final; zeros when c0 was not given. None for
+        other cells.
     """
 
     grads: Any
@@ -85,3 +86,18 @@ class LayerGrads(NamedTuple):
 def pack_grads(problem, grads):
     """Gradients (a `Params`) in the structure the caller passed."""
     return problem.rebuild(grads)
+
+
+def given_states(problem, dh0, dc0):
+    """dL/dh0 and dL/dc0 (S, B, H) as results report them: the gradient of each initial
+    state the caller gave, zeros for one they did not (a stack computes both, or neither
+    when neither was given: None). dc0 is None for cells other than the LSTM."""
+    lstm = problem.cell == "lstm"
+    if dh0 is None:
+        dh0 = np.zeros_like(problem.h0)
+        dc0 = np.zeros_like(problem.h0) if lstm else None
+    if not problem.h0_given:
+        dh0[...] = 0
+    if lstm and not problem.c0_given:
+        dc0[...] = 0
+    return dh0, dc0

@@ -8,7 +8,7 @@ from ._inputs import prepare
 from ._kernels.blas import row_sums
 from ._kernels.output import (ERRORS, direction_backward, direction_logits, output_backward_fm,
                               output_backward_tm)
-from ._results import BPTTResult, ForwardResult, pack_grads
+from ._results import BPTTResult, ForwardResult, given_states, pack_grads
 from ._stack import bias_or_zeros, run_forward, split, steps
 from ._threads import one_blas_thread
 from .params import Layer, Model
@@ -116,8 +116,8 @@ def _rows_first(problem, fw):
 
 def _solve(problem):
     """(loss, Model of gradients, h_final, dh0, c_final, dc0) for a validated problem:
-    states (S, B, H); dh0 (and dc0) zeros when neither h0 nor c0 was given (and then not
-    computed); c_final and dc0 None for other cells than the LSTM."""
+    states (S, B, H); dh0 zeros when h0 was not given, dc0 when c0 was not (neither is
+    computed when neither was given); c_final and dc0 None for other cells than the LSTM."""
     model, dtype = problem.model, problem.dtype
     B, T = problem.B, problem.T
     lstm = problem.cell == "lstm"
@@ -134,9 +134,7 @@ def _solve(problem):
     else:
         total, layers, dV, dc, fw, dh0, dc0 = _through(problem)
     grads = Model(layers, dV, dc if model.c is not None else None)
-    if dh0 is None:
-        dh0 = np.zeros(problem.h0.shape, dtype)
-        dc0 = dh0.copy() if lstm else None
+    dh0, dc0 = given_states(problem, dh0, dc0)
     return total, grads, fw.h_final, dh0, fw.c_final if lstm else None, dc0
 
 

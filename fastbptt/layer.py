@@ -23,7 +23,7 @@ import numpy as np
 
 from ._kernels.batch_steps import batch_from_steps
 from ._inputs import _array, _check_finite, _in_dtype, prepare_layer
-from ._results import LayerGrads, LayerOutput
+from ._results import LayerGrads, LayerOutput, given_states
 from ._stack import run_forward
 from ._workspace import fresh, workspace
 from .params import Layer, Model
@@ -106,11 +106,13 @@ class _Back:
 
     def __call__(self, dh, dh_final=None, dc_final=None):
         """The gradients of a loss L from dh = dL/dh (the shape of ``out.h``) and,
-        optionally, dh_final = dL/dh_final (the shape of ``out.h_final``).
+        optionally, dh_final = dL/dh_final (the shape of ``out.h_final``) and, for the
+        LSTM, dc_final = dL/dc_final.
 
         Returns a `LayerGrads`: ``grads`` (the layer's params in the caller's structure),
         ``dx`` (dL/dx for dense inputs, x's shape; None for token ids), ``dh0`` (the shape
-        of h_final; zeros when h0 was not given) and ``dc0`` (None).
+        of h_final; zeros when h0 was not given) and ``dc0`` (the LSTM's, zeros when c0
+        was not given; None for other cells).
         """
         p, fw = self._problem, self._fw
         if dc_final is not None and p.cell != "lstm":
@@ -142,13 +144,11 @@ class _Back:
         return self._grads(layers, dh0, dc0, dx)
 
     def _grads(self, layers, dh0, dc0, dx):
-        """`LayerGrads` in the caller's structure and layouts (zeros for dh0, dc0 when
-        neither h0 nor c0 was given)."""
+        """`LayerGrads` in the caller's structure and layouts (dh0 zeros when h0 was not
+        given, dc0 when c0 was not: `given_states`)."""
         p = self._problem
         lstm = p.cell == "lstm"
-        if dh0 is None:
-            dh0 = np.zeros_like(p.h0)
-            dc0 = np.zeros_like(p.h0) if lstm else None
+        dh0, dc0 = given_states(p, dh0, dc0)
         if dx is not None and p.single:
             dx = dx[0]
         return LayerGrads(p.rebuild(Model(layers)), dx, _caller_states(p, dh0),
