@@ -51,7 +51,7 @@ class Case:
     truncation: str
     activation: str
     ragged: bool
-    state: bool
+    state: object       # True: h0 (and c0) given; "h0" or "c0": that one alone (LSTM)
     ids: bool
     bias: bool
     y_ids: bool
@@ -60,6 +60,8 @@ class Case:
     @property
     def id(self):
         flags = [name for name in ("ragged", "state", "ids", "bias") if getattr(self, name)]
+        if self.state in ("h0", "c0"):
+            flags[flags.index("state")] = self.state + "only"
         shape = f"{self.layers}x{self.directions}{'rev' if self.reverse else ''}"
         return "-".join([self.cell, self.activation, shape, self.truncation] + flags +
                         ["yids" if self.y_ids else "ydense", "mse" if self.mse else "ce"])
@@ -103,8 +105,9 @@ class Case:
         if self.state:
             S = self.layers * self.directions
             shape = (S, B, H) if self.stacked(head) else (B, H)
-            options["h0"] = rng.normal(size=shape)
-            if self.cell == "lstm":
+            if self.state != "c0":
+                options["h0"] = rng.normal(size=shape)
+            if self.cell == "lstm" and self.state != "h0":
                 options["c0"] = rng.normal(size=shape)
         return x, y, params, options
 
@@ -191,12 +194,23 @@ class Full(NamedTuple):
 
 
 def relative_error(actual, expected):
-    """max |actual - expected| / max |expected| (the max |actual| where expected is 0)."""
+    """max |actual - expected| / max |expected| (the max |actual| where expected is 0);
+    inf when either side holds a NaN or an infinity, so that a non-finite result (or
+    reference) fails every ``error <= tolerance`` (a NaN would be dropped by ``max``)."""
     actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    if not (np.isfinite(actual).all() and np.isfinite(expected).all()):
+        return float("inf")
     scale = np.abs(expected).max(initial=0.0)
     diff = np.abs(actual - expected).max(initial=0.0)
     return float(diff / scale) if scale else float(diff)
+
+
+def loss_error(got, want):
+    """|got - want| / max(1, |want|); inf when either loss is not finite."""
+    if not (np.isfinite(got) and np.isfinite(want)):
+        return float("inf")
+    return abs(got - want) / max(1.0, abs(want))
 
 
 def disagreement(got, want, fields):
@@ -208,7 +222,7 @@ def disagreement(got, want, fields):
             continue
         g, w = getattr(got, name), getattr(want, name)
         if name == "loss":
-            out[name] = abs(g - w) / max(1.0, abs(w))
+            out[name] = loss_error(g, w)
         elif name == "grads":
             gl, wl = fastbptt.params.leaves(g), fastbptt.params.leaves(w)
             assert gl.keys() == wl.keys(), (sorted(gl), sorted(wl))
@@ -245,4 +259,44 @@ def compare(case, rng, impl, against, empty=True, B=3, T=5):
     grads = upstream(rng, out_ref, case.cell)
     for name, error in disagreement(back(*grads), back_ref(*grads), BACK_FIELDS).items():
         errors["back " + name] = error
+    return errors
+
+
+def softmax_outputs(h, model, lengths):
+    """softmax(V h + c) at each real step of states h (B, T, H D), zeros at padding."""
+    logits = h @ model.V.T + (0 if model.c is None else model.c)
+    p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    p[np.arange(h.shape[1])[None, :] >= np.asarray(lengths)[:, None]] = 0
+    return p
+
+
+def compare_forward(case, rng, B=3, T=5):
+    """{name: relative error} of the kernels' forward-only entry points on ``case``'s
+    data: `fastbptt.loss` against the loss of `fastbptt.bptt` (and the reference's) with
+    the same options (truncation cuts gradients, not the loss); `fastbptt.forward`'s h
+    against the reference's top states and its p against their softmax outputs;
+    `fastbptt.layer.forward` against ``fastbptt.layer.vjp(...)[0]`` and the reference's
+    ``layer_forward``."""
+    x, y, p, options = case.data(rng, head=True, B=B, T=T)
+    untruncated = {k: v for k, v in options.items() if k not in ("truncate", "stride")}
+    errors = {"loss vs bptt": loss_error(fastbptt.loss(x, y, p, **untruncated),
+                                         fastbptt.bptt(x, y, p, **options).loss),
+              "loss vs reference": loss_error(fastbptt.loss(x, y, p, **untruncated),
+                                              reference.bptt(x, y, p, **options).loss)}
+    states = {k: v for k, v in untruncated.items() if k != "loss"}
+    layers = fastbptt.Layer(p.U, p.W, p.b) if isinstance(p, fastbptt.Params) else \
+        fastbptt.Model(p.layers)
+    want = reference.layer_forward(x, layers, **states).h
+    got = fastbptt.forward(x, p, **states)
+    errors["forward h"] = relative_error(got.h, want)
+    errors["forward p"] = relative_error(
+        got.p, softmax_outputs(want, p, options.get("lengths", np.full(B, T))))
+    x, _, p, options = case.data(rng, head=False, B=B, T=T)
+    untruncated = {k: v for k, v in options.items() if k not in ("truncate", "stride")}
+    got = fastbptt.layer.forward(x, p, **untruncated)
+    for name, want in (("vjp", fastbptt.layer.vjp(x, p, **options)[0]),
+                       ("reference", reference.layer_forward(x, p, **untruncated))):
+        for field, error in disagreement(got, want, OUT_FIELDS).items():
+            errors[f"layer.forward {field} vs {name}"] = error
     return errors

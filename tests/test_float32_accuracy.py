@@ -1,5 +1,6 @@
 """float32 results against float64 ones of the same model: every gradient as accurate as
-the matrix products' (dW, dV), and every cell within 1e-4 on ordinary sizes."""
+the matrix products' (dW, dV), and every cell within 1e-4 on ordinary sizes (loss, every
+gradient, h_final, c_final, dh0, dc0; token ids and dense inputs, with h0 and c0 or not)."""
 import numpy as np
 import pytest
 
@@ -7,7 +8,13 @@ import fastbptt
 
 
 def relative(a, b):
-    return float(np.abs(np.asarray(a, np.float64) - b).max() / np.abs(b).max())
+    """max |a - b| / max |b| (max |a - b| where b is 0); inf when either is not finite."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return float("inf")
+    scale, diff = np.abs(b).max(initial=0.0), np.abs(a - b).max(initial=0.0)
+    return float(diff / scale) if scale else float(diff)
 
 
 def test_sums_over_many_steps_keep_the_products_accuracy(kernel_path):
@@ -21,15 +28,20 @@ def test_sums_over_many_steps_keep_the_products_accuracy(kernel_path):
     g64 = fastbptt.grad(x, y, p64, truncate=10, stride=10)
     g32 = fastbptt.grad(x, y, p32, truncate=10, stride=10)
     errors = {k: relative(getattr(g32, k), getattr(g64, k)) for k in ("U", "W", "V", "b", "c")}
+    assert errors["W"] < 1e-5 and errors["V"] < 1e-5, errors
     products = max(errors["W"], errors["V"])
-    assert products < 1e-5, errors
     for name in ("U", "b", "c"):
         assert errors[name] <= products, errors
 
 
+@pytest.mark.parametrize("states", [False, True], ids=["zero-states", "h0-c0"])
+@pytest.mark.parametrize("inputs", ["ids", "dense"])
 @pytest.mark.parametrize("cell", ["elman", "lstm", "gru"])
 @pytest.mark.parametrize("layers, bidirectional", [(1, False), (2, True)])
-def test_float32_within_1e_4_of_float64(kernel_path, cell, layers, bidirectional):
+def test_float32_within_1e_4_of_float64(kernel_path, cell, layers, bidirectional, inputs,
+                                        states):
+    """Loss, every gradient, h_final, c_final, dh0 and dc0 (zeros both ways without h0
+    and c0), for token ids and dense inputs, with and without h0 and c0."""
     rng = np.random.default_rng(1)
     B, T, L, H, C = 5, 30, 7, 16, 6
     m64 = fastbptt.init_params(L, H, C, cell=cell, num_layers=layers,
@@ -39,14 +51,32 @@ def test_float32_within_1e_4_of_float64(kernel_path, cell, layers, bidirectional
                                bidirectional=bidirectional, dtype=np.float32, seed=2)
     for name, a in fastbptt.params.leaves(m32).items():
         a[...] = leaves64[name]
-    x, y = rng.integers(0, L, (B, T)), rng.integers(0, C, (B, T))
-    lengths = rng.integers(1, T + 1, B)
-    r64 = fastbptt.bptt(x, y, m64, lengths=lengths)
-    r32 = fastbptt.bptt(x, y, m32, lengths=lengths)
+    # float32 numbers, so that both calls see the same inputs and states
+    x = rng.integers(0, L, (B, T)) if inputs == "ids" else \
+        rng.normal(size=(B, T, L)).astype(np.float32)
+    y = rng.integers(0, C, (B, T))
+    options = {"lengths": rng.integers(1, T + 1, B)}
+    if states:
+        S = layers * (2 if bidirectional else 1)
+        shape = (B, H) if isinstance(m64, fastbptt.Params) else (S, B, H)
+        options["h0"] = rng.normal(size=shape).astype(np.float32)
+        if cell == "lstm":
+            options["c0"] = rng.normal(size=shape).astype(np.float32)
+    as64 = {k: v.astype(np.float64) if v.dtype == np.float32 else v
+            for k, v in options.items()}
+    r64 = fastbptt.bptt(np.asarray(x, np.float64) if inputs == "dense" else x, y, m64, **as64)
+    r32 = fastbptt.bptt(x, y, m32, **options)
     assert abs(r32.loss - r64.loss) <= 1e-4 * abs(r64.loss)
     g64, g32 = fastbptt.params.leaves(r64.grads), fastbptt.params.leaves(r32.grads)
     assert g64.keys() == g32.keys()
     for name in g64:
         assert g32[name].dtype == np.float32
         assert relative(g32[name], g64[name]) <= 1e-4, name
-    assert relative(r32.h_final, r64.h_final) <= 1e-4
+    fields = ["h_final", "dh0"] + (["c_final", "dc0"] if cell == "lstm" else [])
+    assert (r32.c_final is None) == (cell != "lstm") == (r64.c_final is None)
+    for name in fields:
+        got, want = getattr(r32, name), getattr(r64, name)
+        assert got.dtype == np.float32, name
+        assert relative(got, want) <= 1e-4, (name, relative(got, want))
+        if name in ("dh0", "dc0"):
+            assert want.any() == states, name       # zeros without h0 and c0

@@ -4,6 +4,9 @@ One table, `BAD_CALLS`, covers every entry point: each case changes one thing of
 call and names the exception and the phrases its message must hold (the argument, what
 was expected, what was given). Cases run on every entry point that takes the argument
 they change: `forward` takes no y, loss, truncate or stride; `loss` no truncate or stride.
+
+A second table, `MODEL_BAD_CALLS`, holds what only stacks and gated cells can get wrong
+(SPEC.md §8), on `bptt` and `layer.vjp` (and its ``back``) and the reference's.
 """
 import numpy as np
 import pytest
@@ -270,9 +273,8 @@ def call(entry, x, y, params, options):
     return fn(x, y, params, **options)
 
 
-@pytest.fixture
-def no_kernels(monkeypatch):
-    """Any kernel call fails the test: validation must reject the call before one runs."""
+def trip_kernels(monkeypatch):
+    """From now on, any kernel call fails the test."""
     def tripwire(*args):
         raise AssertionError("a kernel ran before validation rejected the call")
     for name in ("forward", "forward_narrow", "backward_sweep", "backward_lag_major",
@@ -284,6 +286,12 @@ def no_kernels(monkeypatch):
                  "direction_backward", "row_sums"):
         monkeypatch.setattr(api, name, tripwire)
     monkeypatch.setattr(api, "ERRORS", {kind: tripwire for kind in api.ERRORS})
+
+
+@pytest.fixture
+def no_kernels(monkeypatch):
+    """Any kernel call fails the test: validation must reject the call before one runs."""
+    trip_kernels(monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -358,3 +366,179 @@ def test_check_finite_false_skips_the_scan():
         fastbptt.grad(X, Y, bad)
     result = fastbptt.bptt(X, Y, bad, check_finite=False)
     assert np.isnan(result.loss) and np.isnan(result.grads.W).any()
+
+
+# Stacks and gated cells: a 2-layer bidirectional LSTM, a 2-layer Elman stack, one GRU layer.
+LSTM2 = fastbptt.init_params(L, H, C, cell="lstm", num_layers=2, bidirectional=True,
+                             dtype=np.float64, seed=1)
+ELMAN2 = fastbptt.init_params(L, H, C, num_layers=2, dtype=np.float64, seed=1)
+GRU = fastbptt.init_params(L, H, C, cell="gru", dtype=np.float64, seed=1)
+GRU_LAYER = GRU.layers[0][0]
+
+
+def layer_at(model, l, d, **changes):
+    """``model`` with ``changes`` to the layer of layers[l][d]."""
+    rows = [list(row) for row in model.layers]
+    rows[l][d] = rows[l][d]._replace(**changes)
+    return model._replace(layers=tuple(map(tuple, rows)))
+
+
+def layers(model):
+    return fastbptt.Model(model.layers)
+
+
+def bptt_call(params, **options):
+    return "bptt", (X, Y, params), options
+
+
+def vjp_call(params, x=XD, **options):
+    return "vjp", (x, params), options
+
+
+def back_call(params, *upstream, **options):
+    return "back", (XD, params, upstream), options
+
+
+# (id, call: "bptt" (x, y, params) or "vjp" (x, params) with options, or "back": vjp's
+#  then back(*upstream); the exception; phrases in its message)
+MODEL_BAD_CALLS = [
+    # layers whose sizes do not chain: the layer, its direction, both shapes
+    ("reverse layer 1 reads one direction",
+     bptt_call(layer_at(LSTM2, 1, 1, U=np.zeros((4 * H, H)))), ValueError,
+     ("params layers[1][1] U must be (16, 8)", "to read both directions of layer 0",
+      "H=4 x 2 directions", "got (16, 4)")),
+    ("layer 1 of the wrong input width", bptt_call(layer_at(ELMAN2, 1, 0, U=np.zeros((H, L)))),
+     ValueError, ("params layers[1][0] U must be (4, 4) to read the outputs of layer 0 (H=4)",
+                  "got (4, 5)")),
+    ("layers that do not chain, layer API",
+     vjp_call(layers(layer_at(ELMAN2, 1, 0, U=np.zeros((H, H + 1))))), ValueError,
+     ("params layers[1][0] U must be (4, 4) to read the outputs of layer 0", "got (4, 5)")),
+    # states of the wrong stack layout
+    ("h0 of one layer for a stack", bptt_call(LSTM2, h0=np.zeros((B, H))), ValueError,
+     ("h0 must have shape (4, 2, 4)", "4 = layers x directions",
+      "H=4 from params layers[0][0] W (16, 4)", "B=2 from x of shape (2, 6)", "got (2, 4)")),
+    ("h0 of one direction for a bidirectional stack", bptt_call(LSTM2, h0=np.zeros((2, B, H))),
+     ValueError, ("h0 must have shape (4, 2, 4)", "got (2, 2, 4)")),
+    ("c0 of one direction", bptt_call(LSTM2, c0=np.zeros((2, B, H))), ValueError,
+     ("c0 must have shape (4, 2, 4)", "4 = layers x directions", "got (2, 2, 4)")),
+    ("h0 of one sequence for a batch, layer API", vjp_call(layers(LSTM2), h0=np.zeros((4, H))),
+     ValueError, ("h0 must have shape (4, 2, 4)", "x of shape (2, 6, 5)", "got (4, 4)")),
+    # the head against the top layer
+    ("V of one direction's width", bptt_call(LSTM2._replace(V=np.zeros((C, H)))), ValueError,
+     ("params V must be (output_size, 8) to read the top layer's outputs",
+      "H=4 x 2 directions", "got (3, 4)")),
+    # c0 for a cell without one
+    ("c0 for a GRU", bptt_call(GRU, c0=np.zeros((1, B, H))), ValueError,
+     ("c0 is the LSTM's cell state; the gru cell has none", "pass c0=None")),
+    ("c0 for an Elman stack", bptt_call(ELMAN2, c0=np.zeros((2, B, H))), ValueError,
+     ("c0 is the LSTM's cell state; the elman cell has none",)),
+    ("c0 for a GRU layer", vjp_call(GRU_LAYER, c0=np.zeros((B, H))), ValueError,
+     ("c0 is the LSTM's cell state; the gru cell has none",)),
+    # W's rows, the GRU's second bias
+    ("W of 2 H rows", vjp_call(fastbptt.Layer(np.zeros((2 * H, L)), np.zeros((2 * H, H)))),
+     ValueError, ("params W must have 1, 3 or 4 times as many rows as columns",
+                  "(Elman, GRU, LSTM", "got (8, 4)")),
+    ("W of 2 H rows in a stack",
+     bptt_call(fastbptt.Model(((fastbptt.Layer(np.zeros((2 * H, L)), np.zeros((2 * H, H))),),),
+                              GRU.V, GRU.c)), ValueError,
+     ("params layers[0][0] W must have 1, 3 or 4 times as many rows as columns",
+      "got (8, 4)")),
+    ("GRU layer with b but no bh", vjp_call(GRU_LAYER._replace(bh=None)), ValueError,
+     ("params bh is missing", "a GRU with biases needs the hidden-side bias bh (12,)",
+      "PyTorch's bias_hh")),
+    ("GRU stack with b but no bh", bptt_call(layer_at(GRU, 0, 0, bh=None)), ValueError,
+     ("params layers[0][0] bh is missing", "bh (12,)")),
+    ("bh for an LSTM layer", vjp_call(LSTM2.layers[0][0]._replace(bh=np.zeros(4 * H))),
+     ValueError, ("params bh is for a GRU only", "one bias b = bias_ih + bias_hh")),
+    # an Elman activation for a gated cell
+    ("relu for an LSTM", bptt_call(LSTM2, activation="relu"), ValueError,
+     ("activation='relu' applies to the Elman cell only", "the LSTM cell has its own gates")),
+    ("sigmoid for a GRU layer", vjp_call(GRU_LAYER, activation="sigmoid"), ValueError,
+     ("activation='sigmoid' applies to the Elman cell only", "the GRU cell has its own gates")),
+    # truncations a stack or a reverse direction cannot take
+    ("windows on a stack", bptt_call(ELMAN2, truncate=3, stride=1), ValueError,
+     ("truncate=3 with stride=1 (a window per output) is not supported on a stack of 2 "
+      "layers", "pass stride=truncate")),
+    ("strides on a stack, layer API", vjp_call(layers(ELMAN2), truncate=3, stride=2),
+     ValueError, ("truncate=3 with stride=2 (a window per output) is not supported on a "
+                  "stack of 2 layers",)),
+    ("chunks on a bidirectional stack", bptt_call(LSTM2, truncate=2, stride=2), ValueError,
+     ("truncate=2 is not supported with a bidirectional stack", "pass truncate=None")),
+    ("truncation of a reverse layer", vjp_call(GRU_LAYER, reverse=True, truncate=2, stride=2),
+     ValueError, ("truncate=2 is not supported with reverse=True", "pass truncate=None")),
+    ("reverse=True for a stack", vjp_call(layers(ELMAN2), reverse=True), ValueError,
+     ("reverse=True is for one layer", "a stack's directions come from its params")),
+    # a cell that disagrees with the shapes
+    ("cell='gru' for LSTM params", bptt_call(LSTM2, cell="gru"), ValueError,
+     ("cell='gru' but params layers[0][0] W (16, 4) is that of a LSTM cell",
+      "pass cell='lstm' or None")),
+    ("cell='elman' for a GRU layer", vjp_call(GRU_LAYER, cell="elman"), ValueError,
+     ("cell='elman' but params W (12, 4) is that of a GRU cell", "pass cell='gru' or None")),
+    ("unknown cell", bptt_call(LSTM2, cell="rnn"), ValueError,
+     ("unknown cell 'rnn'", "'elman', 'gru', 'lstm'")),
+    # back's upstream gradients
+    ("dh of the wrong shape", back_call(layers(LSTM2), np.zeros((B, T, H))), ValueError,
+     ("dh must have shape (2, 6, 8), that of out.h", "got (2, 6, 4)")),
+    ("complex dh", back_call(layers(LSTM2), np.zeros((B, T, 2 * H), complex)), TypeError,
+     ("dh must hold floats", "got dtype complex128")),
+    ("integer dh", back_call(layers(LSTM2), np.zeros((B, T, 2 * H), int)), TypeError,
+     ("dh must hold floats", "got dtype int64")),
+    ("NaN in dh", back_call(layers(LSTM2), put(np.zeros((B, T, 2 * H)), (1, 2, 5), np.nan)),
+     ValueError, ("dh holds a non-finite value (nan at index (1, 2, 5))",
+                  "check_finite=False")),
+    ("dh_final of one layer", back_call(layers(LSTM2), np.zeros((B, T, 2 * H)),
+                                        np.zeros((B, H))), ValueError,
+     ("dh_final must have shape (4, 2, 4), that of out.h_final", "got (2, 4)")),
+    ("dc_final of the wrong width", back_call(layers(LSTM2), np.zeros((B, T, 2 * H)), None,
+                                              np.zeros((4, B, H + 1))), ValueError,
+     ("dc_final must have shape (4, 2, 4), that of out.c_final", "got (4, 2, 5)")),
+    ("dc_final for a GRU", back_call(GRU_LAYER, np.zeros((B, T, H)), None, np.zeros((B, H))),
+     ValueError, ("dc_final is the LSTM's cell-state gradient; the gru cell has no cell state",
+                  "pass dc_final=None")),
+]
+
+
+@pytest.mark.parametrize("reference", [False, True], ids=["kernels", "reference"])
+@pytest.mark.parametrize("call,error,phrases",
+                         [pytest.param(*case[1:], id=case[0]) for case in MODEL_BAD_CALLS])
+def test_bad_stack_or_cell_raises_a_clear_error(monkeypatch, reference, call, error, phrases):
+    """Before any kernel runs (for ``back``: any kernel after its forward pass)."""
+    kind, args, options = call
+    bptt = fastbptt.reference.bptt if reference else fastbptt.bptt
+    vjp = fastbptt.reference.layer_vjp if reference else fastbptt.layer.vjp
+    if kind == "back":
+        x, params, upstream = args
+        back = vjp(x, params, **options)[1]
+    trip_kernels(monkeypatch)
+    with pytest.raises(error) as info:
+        if kind == "bptt":
+            bptt(*args, **options)
+        elif kind == "vjp":
+            vjp(*args, **options)
+        else:
+            back(*upstream)
+    message = str(info.value)
+    for phrase in phrases:
+        assert phrase in message, (phrase, message)
+
+
+@pytest.mark.parametrize("cell", ["elman", "gru", "lstm"])
+@pytest.mark.parametrize("num_layers", [0, -1])
+def test_init_params_needs_a_layer(cell, num_layers):
+    with pytest.raises(ValueError, match=rf"num_layers must be at least 1; got {num_layers}"):
+        fastbptt.init_params(L, H, C, cell=cell, num_layers=num_layers)
+
+
+def test_the_model_calls_are_valid_but_for_their_change():
+    """The stacks and layers of `MODEL_BAD_CALLS` run, and so do their ``back``s: each
+    case fails for what it changes."""
+    for params in (LSTM2, ELMAN2, GRU):
+        fastbptt.bptt(X, Y, params, h0=np.zeros((len(params.layers) * len(params.layers[0]),
+                                                 B, H)))
+        out, back = fastbptt.layer.vjp(XD, layers(params))
+        back(np.zeros(out.h.shape), np.zeros(out.h_final.shape),
+             np.zeros(out.h_final.shape) if params is LSTM2 else None)
+    fastbptt.bptt(X, Y, ELMAN2, truncate=3, stride=3)
+    fastbptt.layer.vjp(XD, GRU_LAYER, truncate=3, stride=2)
+    out, back = fastbptt.layer.vjp(XD, GRU_LAYER, reverse=True)
+    back(np.zeros(out.h.shape), np.zeros((B, H)))

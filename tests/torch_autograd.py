@@ -5,6 +5,7 @@ The params go into real ``nn.RNN``/``nn.LSTM``/``nn.GRU`` and ``nn.Linear`` modu
 loss is the summed cross-entropy (or 1/2 squared error) over real steps, written with
 ``log_softmax``. Full BPTT only, and the activations ``nn.RNN`` has (tanh, relu). A
 reverse layer (``reverse=True``) runs forward over each sequence's real steps flipped.
+``nn.LSTM`` takes h0 and c0 together: the one not given goes in as zeros.
 """
 from types import SimpleNamespace
 
@@ -121,7 +122,8 @@ class _Run:
         return self.numpy(self.hn), None if self.cn is None else self.numpy(self.cn)
 
     def gradients(self, head=None):
-        """(grads in the caller's structure, dh0, dc0) after a backward pass."""
+        """(grads in the caller's structure, dh0, dc0) after a backward pass: dh0 zeros
+        unless h0 was given, dc0 zeros unless c0 was (`fastbptt.BPTTResult`)."""
         dc0 = None if self.cn is None else self.numpy(self.c0.grad, self.c0_given)
         return (self.rebuild(_grads(self.model, self.rnn, head)),
                 self.numpy(self.h0.grad, self.h0_given), dc0)
