@@ -94,8 +94,7 @@ def given_states(problem, dh0, dc0):
     when neither was given: None). dc0 is None for cells other than the LSTM."""
     lstm = problem.cell == "lstm"
     if dh0 is None:
-        dh0 = np.zeros_like(problem.h0)
-        dc0 = np.zeros_like(problem.h0) if lstm else None
+        return np.zeros_like(problem.h0), np.zeros_like(problem.h0) if lstm else None
     if not problem.h0_given:
         dh0[...] = 0
     if lstm and not problem.c0_given:
