@@ -52,6 +52,11 @@ def resumed_options(options_class, saved, given, path):
                              f"command line {value!r}; drop the option or start a new run")
         setattr(options, name, value)
         changed[name] = (old, value)
+    if changed:
+        try:                        # the adjusted values, as a new run's are checked
+            options.check()
+        except ValueError as error:
+            raise UsageError(f"--resume: {error}") from None
     return options, changed
 
 

@@ -71,6 +71,8 @@ USAGE = [
     (["train", "tiny.txt", *SMALL, "--hiden", "8"], "unrecognized arguments: --hiden"),
     (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "good.npz", "--hidden", "9"],
      "--resume: the checkpoint has --hidden 8, the command line 9", PROCESS),
+    (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "good.npz", "--lr", "1e39"],
+     "--resume: --lr 1e+39 is beyond the range of --dtype float32"),
     (["sample", "good.npz", "--chars", "-1"], "argument --chars"),
     (["sample", "good.npz", "--temperature", "-0.5"], "argument --temperature"),
     (["sample", "good.npz", "--prime", "QZ"], "--prime holds characters not in the vocabulary",
