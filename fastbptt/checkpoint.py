@@ -23,6 +23,7 @@ wrong.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -148,6 +149,19 @@ def _existing_ancestor(folder):
     return folder
 
 
+def _refuse_special(target, named=True):
+    """OSError when ``target`` exists and is not a regular file (a device, a FIFO, a
+    socket), which a save would replace by renaming its file over it; ``named``: the
+    error carries the path."""
+    try:
+        kind = os.stat(target).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return                              # nothing there (the folder is checked apart)
+    if not stat.S_ISREG(kind) and not stat.S_ISDIR(kind):
+        raise OSError(errno.EEXIST, "that is a device, FIFO or socket, not a file; give the "
+                      "name of a file to write the checkpoint to", *([target] if named else []))
+
+
 def check_target(path, *, make_folders=True):
     """Raise OSError unless a file can be written at ``path`` the way `save` writes one,
     for checks before work that ends in a save. Creates nothing that stays: missing
@@ -157,6 +171,7 @@ def check_target(path, *, make_folders=True):
     if os.path.isdir(target):
         raise IsADirectoryError(f"that is a folder; give a file name, e.g. "
                                 f"{os.path.join(os.fspath(path), 'run.npz')}")
+    _refuse_special(target, named=False)
     folder = os.path.dirname(target)
     base = _existing_ancestor(folder)
     if base != folder and not make_folders:
@@ -179,6 +194,7 @@ def save(path, ckpt):
     target = os.path.realpath(path)      # a symbolic link: replace its target, keep it
     folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
+    _refuse_special(target)
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:

@@ -202,3 +202,16 @@ def test_todays_format_reads_back_through_the_params_pair(trainer):
     back = checkpoint.params_from_arrays(arrays, 1)
     assert all(a is b for a, b in zip(back, trainer.params))
     assert checkpoint.FORMAT in checkpoint.READABLE
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+def test_a_fifo_at_the_path_is_refused_and_kept(trainer, tmp_path):
+    """save renames its file over the path: a device or FIFO there would be replaced."""
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    with pytest.raises(OSError, match="that is a device, FIFO or socket, not a file"):
+        checkpoint.check_target(path)
+    with pytest.raises(OSError, match="that is a device, FIFO or socket, not a file"):
+        trainer.save(path)
+    assert stat.S_ISFIFO(os.stat(path).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]      # no file left over

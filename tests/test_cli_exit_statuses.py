@@ -4,6 +4,7 @@ line that is wrong by itself, 1 for any other failure. Each case runs through
 subcommand) also as real processes. (Signals: test_signals.py; failures inside a
 training run: test_run_safety.py.)"""
 import os
+import stat
 
 import numpy as np
 import pytest
@@ -182,6 +183,12 @@ def failures(folder):
                                           "(weights and gradients of the kernels and the "
                                           "reference) needs about", PROCESS),
     ]
+    fifo = folder / "fifo"
+    if hasattr(os, "mkfifo"):
+        if not fifo.exists():
+            os.mkfifo(fifo)
+        cases.append((["train", "tiny.txt", *SMALL, "--checkpoint", "fifo"],
+                      "--checkpoint fifo: that is a device, FIFO or socket, not a file"))
     locked = _unwritable_folder(folder)
     if locked is not None:
         cases.append((["train", "tiny.txt", *SMALL, "--checkpoint", f"{locked}/c.npz"],
@@ -208,3 +215,4 @@ def test_other_failures_exit_1_with_one_line(folder, capsys, monkeypatch):
         assert path.read_bytes() == data, path
     assert not (folder / "nodir").exists() and not (folder / "c.npz").exists()
     assert (folder / "tiny.txt").read_text().startswith("the quick")    # not overwritten
+    assert not hasattr(os, "mkfifo") or stat.S_ISFIFO(os.stat(folder / "fifo").st_mode)
