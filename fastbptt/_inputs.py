@@ -135,12 +135,13 @@ def _refuse_masked(name, value):
                         f"should take{hint}")
 
 
-def _in_dtype(name, arr, dtype, check_finite, shape=None):
+def _in_dtype(name, arr, dtype, check_finite, shape=None, mask=None):
     """``arr`` in the compute dtype; ValueError naming ``name`` for a finite value that
     the conversion turns into an inf (a float64 beyond float32's range), as for an inf.
 
     ``arr`` was checked for NaN and inf already; ``shape`` is the caller's shape of it,
-    for the index in the message.
+    for the index in the message; ``mask`` (B, T): True at real steps, as for
+    `_check_finite` (None: every step is real).
     """
     if arr.dtype.itemsize <= dtype.itemsize:
         return arr.astype(dtype, copy=False)
@@ -150,6 +151,8 @@ def _in_dtype(name, arr, dtype, check_finite, shape=None):
                                              and all_finite(out.reshape(-1))):
         return out
     bad = ~np.isfinite(out) & np.isfinite(arr)
+    if mask is not None:
+        bad &= mask.reshape(mask.shape + (1,) * (arr.ndim - mask.ndim))
     if bad.any():
         here, theirs = _first(bad, shape)
         raise ValueError(f"{name} holds a value that overflows {dtype.name}, the params' "

@@ -118,7 +118,7 @@ def _solve(problem):
     """(loss, Model of gradients, h_final, dh0, c_final, dc0) for a validated problem:
     states (S, B, H); dh0 zeros when h0 was not given, dc0 when c0 was not (neither is
     computed when neither was given); c_final and dc0 None for other cells than the LSTM."""
-    model, dtype = problem.model, problem.dtype
+    model = problem.model
     B, T = problem.B, problem.T
     lstm = problem.cell == "lstm"
     if not (B and T):

@@ -68,8 +68,8 @@ _OF = {"dh": "h", "dh_final": "h_final", "dc_final": "c_final"}
 
 def _upstream(name, value, problem, shape, check_finite):
     """dh, dh_final or dc_final as an array of the compute dtype and the caller's
-    ``shape``. dh's padding steps (past a sequence's length) are not read, as x's are not:
-    whatever they hold, they count as zeros."""
+    ``shape``. dh's padding steps (past a sequence's length) are not checked, as x's are
+    not: `_Back.__call__` injects zeros there, whatever they hold."""
     arr = _array(name, value, "floats")
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must hold floats, the gradient of the loss with respect to "
@@ -78,14 +78,12 @@ def _upstream(name, value, problem, shape, check_finite):
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, that of out.{_OF[name]}; got "
                          f"{arr.shape}")
+    mask = None
     if name == "dh" and arr.size and (problem.lengths < problem.T).any():
         mask = problem.padding_mask()
-        steps = arr.reshape(mask.shape + (-1,))
-        _check_finite(name, steps, check_finite, mask, shape=shape)
-        arr = np.where(mask[..., None], steps, 0).reshape(shape)
-    else:
-        _check_finite(name, arr, check_finite, shape=shape)
-    return _in_dtype(name, arr, problem.dtype, check_finite, shape)
+        arr = arr.reshape(mask.shape + (-1,))          # (B, T, H D), one sequence or not
+    _check_finite(name, arr, check_finite, mask, shape=shape)
+    return _in_dtype(name, arr, problem.dtype, check_finite, shape, mask).reshape(shape)
 
 
 def _own(problem):
