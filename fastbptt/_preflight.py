@@ -28,20 +28,43 @@ def output_file(path, option, *, make_folders=False):
         raise CommandError(f"{option} {path}: {describe(error)}") from None
 
 
-def new_checkpoint(path, option="--checkpoint"):
-    """`output_file`, and a file already there is a checkpoint (which a new run replaces),
-    not some other file that would be lost."""
+def new_checkpoint(path, option="--checkpoint", *, overwrite=False):
+    """`output_file`, and nothing at ``path`` would be lost: a file already there is
+    refused unless it is a checkpoint and ``overwrite`` (--overwrite) says to replace it.
+    """
     output_file(path, option, make_folders=True)
     target = os.path.realpath(path)
-    if os.path.isfile(target) and os.path.getsize(target):
-        try:
-            with zipfile.ZipFile(target) as z:
-                ours = "meta.npy" in z.namelist()
-        except (zipfile.BadZipFile, OSError):
-            ours = False
-        if not ours:
-            raise CommandError(f"{option} {path}: the file there is not a fastbptt checkpoint "
-                               "and would be overwritten; choose another path")
+    if not (os.path.isfile(target) and os.path.getsize(target)):
+        return
+    try:
+        with zipfile.ZipFile(target) as z:
+            ours = "meta.npy" in z.namelist()
+    except (zipfile.BadZipFile, OSError):
+        ours = False
+    if not ours:
+        raise CommandError(f"{option} {path}: the file there is not a fastbptt checkpoint "
+                           "and would be overwritten; choose another path")
+    if not overwrite:
+        raise CommandError(f"{option} {path} holds {_earlier_run(target)}, which a new run "
+                           "would replace: continue it with --resume, keep it with another "
+                           "--checkpoint, or replace it with --overwrite")
+
+
+def _earlier_run(path):
+    """An existing checkpoint in words: "a run of 1 GRU layer of hidden size 256 at step
+    6,832", or "an earlier run's checkpoint" when it cannot be read."""
+    from types import SimpleNamespace
+
+    from ._resume import describe_model
+    from .checkpoint import load
+    try:
+        ckpt = load(path)
+        o = ckpt.options
+        model = SimpleNamespace(cell=o.get("cell", "elman"), layers=o.get("layers", 1),
+                                hidden=o["hidden"])
+        return f"a run of {describe_model(model)} at step {ckpt.step:,}"
+    except (ValueError, KeyError, OSError):   # damaged: the refusal stands without details
+        return "an earlier run's checkpoint"
 
 
 def plot_file(path, option="--plot"):

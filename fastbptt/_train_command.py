@@ -151,6 +151,9 @@ def _start(args, given, say):
     dask = _dask(args)
     resume, changed = None, {}
     if args.resume:
+        if args.overwrite:
+            raise UsageError("--overwrite starts a new run over --checkpoint's and --resume "
+                             "continues it: give one of them")
         resume = ckpt_io.load(args.checkpoint)
         options, changed = _resume.resumed_options(TrainOptions, resume.options, given,
                                                    args.checkpoint)
@@ -163,7 +166,7 @@ def _start(args, given, say):
     if args.plot:
         _preflight.plot_file(args.plot)
     if resume is None:
-        _preflight.new_checkpoint(args.checkpoint)
+        _preflight.new_checkpoint(args.checkpoint, overwrite=args.overwrite)
         corpus, files = _load_corpus(args.files), list(args.files)
         codec = Codec.from_text(corpus.text)
     else:

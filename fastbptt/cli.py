@@ -269,6 +269,9 @@ def _add_train(commands):
     r.add_argument("--checkpoint", default="fastbptt-char.npz",
                    help="where to save (and --resume from) (fastbptt-char.npz)")
     r.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    r.add_argument("--overwrite", action="store_true",
+                   help="start a new run even where --checkpoint holds an earlier one, "
+                        "which it replaces (without this, a new run refuses to)")
     r.add_argument("--checkpoint-every", type=_checkpoint_every, dest="checkpoint_every",
                    metavar="N|Ts|N,Ts",
                    help="also save every N steps and/or T seconds, whichever comes first; 0 = "

@@ -74,6 +74,9 @@ USAGE = [
      "--resume: the checkpoint has --hidden 8, the command line 9", PROCESS),
     (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "good.npz", "--lr", "1e39"],
      "--resume: --lr 1e+39 is beyond the range of --dtype float32"),
+    (["train", "tiny.txt", *SMALL, "--resume", "--overwrite", "--checkpoint", "good.npz"],
+     "--overwrite starts a new run over --checkpoint's and --resume continues it: give one "
+     "of them"),
     (["sample", "good.npz", "--chars", "-1"], "argument --chars"),
     (["sample", "good.npz", "--temperature", "-0.5"], "argument --temperature"),
     (["sample", "good.npz", "--prime", "QZ"], "--prime holds characters not in the vocabulary",
@@ -142,6 +145,15 @@ def failures(folder):
          "tiny.txt is a file, not a folder"),
         (["train", "tiny.txt", *SMALL, "--checkpoint", "tiny.txt"],
          "the file there is not a fastbptt checkpoint and would be overwritten"),
+        (["train", "tiny.txt", *SMALL, "--checkpoint", "good.npz"],
+         "--checkpoint good.npz holds a run of 1 Elman layer of hidden size 8 at step 2, "
+         "which a new run would replace: continue it with --resume, keep it with another "
+         "--checkpoint, or replace it with --overwrite", PROCESS),
+        (["train", "tiny.txt", *SMALL, "--checkpoint", "lstm.npz"],
+         "--checkpoint lstm.npz holds a run of 2 LSTM layers of hidden size 8 at step 2,"),
+        (["train", "tiny.txt", *SMALL, "--checkpoint", "flipped.npz"],
+         "--checkpoint flipped.npz holds an earlier run's checkpoint, which a new run would "
+         "replace"),
         (["train", "tiny.txt", *SMALL, "--plot", "loss.xyz"], "--plot"),
         (["train", "one.txt", *SMALL], "the text holds one distinct character ('a')",
          PROCESS),

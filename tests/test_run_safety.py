@@ -207,6 +207,22 @@ def test_a_moved_project_resumes_by_content(tmp_path, capsys):
     assert "cannot find the text" in stderr_line(capsys)
 
 
+def test_a_new_run_replaces_an_earlier_checkpoint_only_when_told(corpus, tmp_path, capsys):
+    ckpt = tmp_path / "run.npz"
+    assert main(train(corpus, ckpt, "--steps", "3")) == 0
+    earlier = ckpt.read_bytes()
+    capsys.readouterr()
+    assert main(train(corpus, ckpt, "--steps", "1", "--seed", "1")) == 1
+    assert "holds a run of 1 Elman layer of hidden size 8 at step 3" in stderr_line(capsys)
+    assert ckpt.read_bytes() == earlier
+    assert main(train(corpus, ckpt, "--steps", "1", "--seed", "1", "--overwrite")) == 0
+    replaced = checkpoint.load(ckpt)
+    assert replaced.step == 1 and replaced.options["seed"] == 1
+    # a path that holds nothing yet needs no --overwrite, and --overwrite does no harm there
+    assert main(train(corpus, tmp_path / "new.npz", "--steps", "1", "--overwrite")) == 0
+    assert checkpoint.load(tmp_path / "new.npz").step == 1
+
+
 def test_a_checkpoint_without_relative_paths_still_resumes_from_named_files(tmp_path,
                                                                             capsys):
     """Checkpoints written before the relative paths were saved: resumed where the
