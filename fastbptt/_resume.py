@@ -30,6 +30,9 @@ __all__ = ["ADJUSTABLE", "resumed_options", "find_corpus", "corpus_paths", "chec
 ADJUSTABLE = ("lr", "clip_norm", "clip_value")   # may differ from the checkpoint's
 
 
+WINDOW = ("truncate", "stride")     # options that say the truncation window together
+
+
 def resumed_options(options_class, saved, given, path):
     """The run's options from the checkpoint's ``saved`` dict and the command line's
     ``given`` fields; returns (options, {name: (old, new)} of the adjusted ones)."""
@@ -42,13 +45,19 @@ def resumed_options(options_class, saved, given, path):
     except (TypeError, ValueError) as error:
         raise CheckpointError(f"{path} is not a usable fastbptt checkpoint: its options: "
                               f"{error}") from None
+    given = dict(given or {})
+    window = {name: given[name] for name in WINDOW if name in given}
+    if window and dataclasses.replace(options, **window).window == options.window:
+        for name in window:         # the same window in other words (--truncate T, say)
+            del given[name]
     changed = {}
-    for name, value in (given or {}).items():
+    for name, value in given.items():
         old = getattr(options, name)
         if old == value:
             continue
         if name not in ADJUSTABLE:
-            raise UsageError(f"--resume: the checkpoint has {flag(name)} {old!r}, the "
+            shown = dict(zip(WINDOW, options.window)).get(name, old)
+            raise UsageError(f"--resume: the checkpoint has {flag(name)} {shown!r}, the "
                              f"command line {value!r}; drop the option or start a new run")
         setattr(options, name, value)
         changed[name] = (old, value)

@@ -74,6 +74,10 @@ USAGE = [
      "--resume: the checkpoint has --hidden 8, the command line 9", PROCESS),
     (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "good.npz", "--lr", "1e39"],
      "--resume: --lr 1e+39 is beyond the range of --dtype float32"),
+    (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "good.npz", "--truncate", "4"],
+     "--resume: the checkpoint has --truncate 8, the command line 4"),
+    (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "good.npz", "--stride", "3"],
+     "--resume: the checkpoint has --stride 8, the command line 3"),
     (["train", "tiny.txt", *SMALL, "--resume", "--overwrite", "--checkpoint", "good.npz"],
      "--overwrite starts a new run over --checkpoint's and --resume continues it: give one "
      "of them"),

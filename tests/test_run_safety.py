@@ -223,6 +223,22 @@ def test_a_new_run_replaces_an_earlier_checkpoint_only_when_told(corpus, tmp_pat
     assert checkpoint.load(tmp_path / "new.npz").step == 1
 
 
+@pytest.mark.parametrize("window", [("--truncate", "8"), ("--stride", "8"),
+                                    ("--truncate", "8", "--stride", "8")])
+def test_resume_takes_the_checkpoints_window_in_other_words(corpus, tmp_path, capsys,
+                                                            window):
+    """A run of --seq-length 8 without --truncate has the window --truncate 8 --stride 8:
+    naming it on --resume changes nothing, and is not refused as a change."""
+    ckpt = tmp_path / "run.npz"
+    assert main(train(corpus, ckpt, "--steps", "2")) == 0
+    saved = checkpoint.load(ckpt).options
+    assert main(train(corpus, ckpt, "--resume", "--steps", "3", *window)) == 0
+    resumed = checkpoint.load(ckpt)
+    assert resumed.step == 3
+    assert {k: resumed.options[k] for k in ("truncate", "stride")} == \
+        {k: saved[k] for k in ("truncate", "stride")}
+
+
 def test_a_checkpoint_without_relative_paths_still_resumes_from_named_files(tmp_path,
                                                                             capsys):
     """Checkpoints written before the relative paths were saved: resumed where the
