@@ -715,7 +715,7 @@ def _run_forward(problem, store, parallel):
             if l == 0 and p.ids:
                 direction.ids = x_ids[idx] if direction.reverse else x_ids
                 outs = (gates, None) if plan.narrow else (None, gates)    # the layout's
-                if plan.narrow and not parallel and direction.UT.size:
+                if plan.narrow and (p.units or not parallel) and direction.UT.size:
                     ids = direction.ids             # (`inputs.gather_step`)
                 elif parallel:
                     run_slices(gather_inputs_part, row_slices(GH, True), direction.ids,
@@ -747,7 +747,8 @@ def _run_forward(problem, store, parallel):
                 if p.units:
                     run_parties(forward_units, p.units, fw.tag, WTc, layer.W, p.activation,
                                 p.lengths, p.h0[s], c0, gates, states, direction.kept, cells,
-                                fw.hid, bh, h_final[s], c_final[s])
+                                fw.hid, bh, h_final[s], c_final[s], ids, layer.U,
+                                direction.UT, bias)
                 else:
                     run_slices(forward_narrow, p.slices, fw.tag, WTp, WTc, p.activation,
                                p.lengths, p.h0[s], c0, gates, states, direction.kept,

@@ -16,6 +16,7 @@ time loop (initial states, finals, zeroing past each sequence's end) is per sequ
 and each thread does it for its slice of the batch, b0 ... b1-1.
 """
 from ._jit import jit
+from .blas import transpose_into
 from .cells import backward_tm, forward_tm
 from .copies import add_row, copy_row, longest
 from .matvec import panels_axpy
@@ -25,22 +26,34 @@ from .sync import meet
 
 @jit
 def forward_units(cell, WTc, W, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_final,
-                  c_final, sync, party, parties, u0, u1, b0, b1):
+                  c_final, ids, U, UT, bias, sync, party, parties, u0, u1, b0, b1):
     """`narrow.forward_narrow` of the whole batch on W^T's panels (WTc; W (G H, H) gives
     the sizes), this thread's part: units u0 ... u1-1 of every step, and the start and
-    finish of sequences b0 ... b1-1. Returns False when another party failed (`sync`)."""
+    finish of sequences b0 ... b1-1. Returns False when another party failed (`sync`).
+
+    ids, U, UT, bias: token ids (T B,) whose gates' input part U[:, x_t] + b each step
+    gathers, this thread its own units, just before the step's product (as
+    `narrow.forward_narrow` does; gathering every step first wrote G4's 26 MB of gates
+    out to memory and read them back), from the rows of UT (L, G H), whose columns of
+    these units it fills from U first. ids None: Z holds the input part on entry."""
     B = S.shape[1]
     GH, H = W.shape
     G = GH // H
+    n = u1 - u0
+    if ids is not None:
+        for g in range(G):
+            c = g * H + u0
+            transpose_into(U[c:c + n, 0:U.shape[1]], UT[:, c:c + n])
     start_narrow(h0, c0, S, C, b0, b1)
     if not meet(sync, party, parties, 1):
         return False
     apart = Hid.shape[1] > 0
-    n = u1 - u0
     for t in range(longest(lengths)):
         target = Hid if apart else Z[t + 1]
         for g in range(G):
             c = g * H + u0
+            if ids is not None:
+                _gather_units(ids, UT, bias, Z[t + 1], t, c, c + n)
             if apart:
                 for b in range(B):
                     copy_row(Hid[b, c:c + n], bh[c:c + n])
@@ -56,6 +69,18 @@ def forward_units(cell, WTc, W, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_fin
             return False
     finish_narrow(lengths, Z, S, E, C, h_final, c_final, b0, b1)
     return True
+
+
+@jit(inline="always")
+def _gather_units(ids, UT, bias, rows, t, c0, c1):
+    """Columns c0 ... c1-1 of step t's time-major gates, rows (B, >= G H), <- those of
+    U[:, x_t] + b, from UT's rows (`inputs.gather_step` for a range of columns)."""
+    B = rows.shape[0]
+    b_ = bias[c0:c1]
+    for b in range(B):
+        row, u = rows[b, c0:c1], UT[ids[t * B + b], c0:c1]
+        for i in range(c1 - c0):
+            row[i] = u[i] + b_[i]
 
 
 @jit
