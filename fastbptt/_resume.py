@@ -27,7 +27,7 @@ from .params import Params, leaf_shapes, leaves
 __all__ = ["ADJUSTABLE", "resumed_options", "find_corpus", "corpus_paths", "check_model",
            "describe_model"]
 
-ADJUSTABLE = ("lr", "clip_norm", "clip_value")   # may differ from the checkpoint's
+ADJUSTABLE = ("lr", "clip_norm", "clip_value", "horizon")   # may differ from the checkpoint's
 
 
 WINDOW = ("truncate", "stride")     # options that say the truncation window together

@@ -204,10 +204,23 @@ def _start(args, given, say):
         f"value={options.clip_value}" + (f"; resumed at step {trainer.step}" if resume else "")
         + "".join(f"; {flag(name)} changed from {_number(old)} to {_number(new)}"
                   for name, (old, new) in changed.items()))
+    if resume is not None:
+        _decay_note(options, trainer.step, args.steps, say)
     if workers is not None:
         say(f"workers: {_placed(trainer)} {where}")
     warm_up(trainer.params, options.batch, trainer.recipe)   # before the clock starts
     return _Run(options, trainer, codec, train_ids, val_ids, extra, workers)
+
+
+def _decay_note(options, step, steps, say):
+    """On resume: say so when the run goes on past the end of its learning-rate decay,
+    fixed by the first invocation, at the final rate, and how to decay further."""
+    end = options.horizon
+    if options.lr_decay == "none" or not end or (steps or step) <= end:
+        return
+    after = f"to step {steps:,}" if steps else "from here"
+    say(f"note: the learning rate decayed to {options.lr * options.lr_final:g} by step "
+        f"{end:,} (--lr-horizon) and stays there {after}; --lr-horizon STEP moves that end")
 
 
 def _trainer(args, options, train_ids, codec, resume, workers):

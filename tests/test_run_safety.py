@@ -239,6 +239,24 @@ def test_resume_takes_the_checkpoints_window_in_other_words(corpus, tmp_path, ca
         {k: saved[k] for k in ("truncate", "stride")}
 
 
+def test_a_resumed_run_past_its_decay_says_so_and_may_move_its_end(corpus, tmp_path,
+                                                                   capsys):
+    ckpt = tmp_path / "run.npz"
+    assert main(train(corpus, ckpt, "--steps", "3")) == 0
+    assert checkpoint.load(ckpt).options["horizon"] == 3      # fixed by the first --steps
+    capsys.readouterr()
+    assert main(train(corpus, ckpt, "--resume", "--steps", "5")) == 0
+    assert "note: the learning rate decayed to 0.00015 by step 3 (--lr-horizon) and stays " \
+           "there to step 5; --lr-horizon STEP moves that end" in capsys.readouterr().out
+    assert main(train(corpus, ckpt, "--resume", "--steps", "7", "--lr-horizon", "9")) == 0
+    out = capsys.readouterr().out
+    assert "--lr-horizon changed from 3 to 9" in out and "note:" not in out
+    resumed = checkpoint.load(ckpt)
+    assert resumed.step == 7 and resumed.options["horizon"] == 9
+    assert main(train(corpus, ckpt, "--resume", "--steps", "9")) == 0     # within it
+    assert "note:" not in capsys.readouterr().out
+
+
 def test_a_checkpoint_without_relative_paths_still_resumes_from_named_files(tmp_path,
                                                                             capsys):
     """Checkpoints written before the relative paths were saved: resumed where the
