@@ -740,8 +740,8 @@ def _run_forward(problem, store, parallel):
             if plan.narrow:
                 WTc = direction.WTc
                 if WTc is not None:
-                    pack_panels(layer.W, WTc, direction.WTp.shape[1], direction.Wc,
-                                direction.Wp.shape[1])
+                    run_slices(pack_panels, (0, 1, 2) if parallel else (0, 2), layer.W,
+                               WTc, direction.WTp.shape[1], direction.Wc, direction.Wp.shape[1])
                 c0 = p.c0[s] if p.c0 is not None else p.h0[s]
                 WTp = direction.WTp if WTc is None else None
                 if p.units:

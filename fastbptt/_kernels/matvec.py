@@ -177,11 +177,15 @@ def panel_transpose(W, Rc, N):
 
 
 @jit
-def pack_panels(W, WTc, NG, Wc, N):
-    """WTc <- `panel_transpose` of W (W^T's panels, NG columns) and Wc <- `panel_columns`
-    of W (N columns): what the narrow steps of a batch in panels read."""
-    panel_transpose(W, WTc, NG)
-    panel_columns(W, Wc, N)
+def pack_panels(W, WTc, NG, Wc, N, p0, p1):
+    """What the narrow steps of a batch in panels read, parts p0 ... p1-1 of two: 0, WTc <-
+    `panel_transpose` of W (W^T's panels, NG columns); 1, Wc <- `panel_columns` of W (N
+    columns). (Two threads make one each at once.)"""
+    for part in range(p0, p1):
+        if part == 0:
+            panel_transpose(W, WTc, NG)
+        else:
+            panel_columns(W, Wc, N)
 
 
 @jit
