@@ -1,6 +1,7 @@
 """fastbptt.torch against PyTorch's own modules: outputs, final states and every gradient
 after loading the same state dict, in float64, over the options a user can pick."""
 import itertools
+import warnings
 
 import numpy as np
 import pytest
@@ -322,3 +323,85 @@ def test_no_grad_keeps_nothing():
 
 def test_repr_names_truncation():
     assert repr(ft.RNN(2, 3, truncate=5, stride=5)) == "RNN(2, 3, truncate=5, stride=5)"
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("dx", [False, True])
+def test_a_weight_changed_before_backward_is_refused_as_native(cell, dx):
+    """The backward pass reads the weights the forward pass saw, or raises (an optimizer
+    step between forward and backward), where PyTorch's own module does: never gradients
+    of neither the old values nor the new."""
+    names = [n for n, _ in modules(cell, input_size=3, hidden_size=4)[0].named_parameters()]
+    names = [n.replace("l0", layer) for n in names for layer in ("l0", "l1")]
+    raised = {}
+    for name in names:
+        for module in modules(cell, input_size=3, hidden_size=4, num_layers=2,
+                              bidirectional=True):
+            x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=dx)
+            before = module(x)[0].sum()
+            with torch.no_grad():
+                getattr(module, name).mul_(0.5)
+            try:
+                before.backward()
+                raised.setdefault(name, []).append(False)
+            except RuntimeError as error:
+                assert "modified by an inplace operation" in str(error)
+                raised.setdefault(name, []).append(True)
+    assert all(native == bridge for native, bridge in raised.values()), raised
+    assert raised["weight_hh_l0"] == [True, True] and raised["bias_hh_l1"] == [False, False]
+    assert raised["weight_ih_l0"] == [dx, dx]
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_torch_compile_runs_it_between_graphs(cell):
+    native, bridge = modules(cell, input_size=3, hidden_size=4)
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    compiled = torch.compile(bridge, backend="eager")      # the first call traces
+    for module in (native, compiled):
+        module(x)[0].square().sum().backward()
+    want, got = leaves(native.parameters()), leaves(bridge.parameters())
+    assert all(relative(g.grad, w.grad) < TOLERANCE for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_autocast_computes_in_the_weights_dtype(cell):
+    name = CELLS[cell]
+    torch.manual_seed(0)
+    bridge = getattr(ft, name)(3, 4)
+    x = torch.randn(5, 2, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = x.to(torch.bfloat16)
+        out, _ = bridge(low)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, bridge(low.float())[0], rtol=0, atol=0)
+
+
+def test_scripting_and_token_id_mistakes_get_clear_errors():
+    bridge = ft.LSTM(3, 4)
+    with warnings.catch_warnings(), \
+            pytest.raises(TypeError, match="cannot be compiled by torch.jit.script"):
+        warnings.simplefilter("ignore", DeprecationWarning)     # torch.jit is, in 2.13
+        torch.jit.script(torch.nn.Sequential(bridge))
+    with pytest.raises(ValueError, match=r"Expected input to be 1D or 2D token ids \(integer "
+                                         r"input, one axis fewer than float features\), got "
+                                         r"3D tensor instead"):
+        bridge(torch.randint(0, 3, (5, 2, 3)))
+    ids = torch.tensor([[0, 1], [3, 0], [2, -1]])           # (T, B): time-major
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, input_size=3\); got 3 "
+                                         r"at index \(1, 0\) of input"):
+        bridge(ids)
+    batch_first = ft.GRU(3, 4, batch_first=True)
+    with pytest.raises(ValueError, match=r"got -1 at index \(0, 2\) of input"):
+        batch_first(ids.T.contiguous().flip(0))
+    packed = pack_padded_sequence(torch.tensor([[0, 5], [1, 2]]), [2, 2])
+    with pytest.raises(ValueError, match=r"got 5 at index \(1,\) of input.data"):
+        bridge(packed)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("shape", [(0, 2, 3), (0, 3)])
+def test_no_steps_is_refused_as_native(cell, shape):
+    native, bridge = modules(cell, input_size=3, hidden_size=4)
+    for module in (native, bridge):
+        with pytest.raises(RuntimeError, match="Expected sequence length to be larger than 0"):
+            module(torch.zeros(shape, dtype=torch.float64))

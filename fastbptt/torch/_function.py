@@ -88,6 +88,18 @@ def _outputs(cfg, out):
     return (torch.from_numpy(out.h), torch.from_numpy(out.h_final), _tensor(out.c_final))
 
 
+def _read_back(cfg, weights, dx):
+    """The weights whose values the backward pass reads: every weight_hh, and weight_ih
+    but the first layer's when dx is not needed (dU needs x alone); no bias (b, and the
+    GRU's W_n h + b_hn, are kept from the forward pass). Saved, a change in place before
+    the backward pass (an optimizer step, say) raises there, as in PyTorch's modules,
+    rather than give the gradients of neither the old values nor the new."""
+    per = 4 if cfg.bias else 2
+    first = per * cfg.directions
+    return [w for i, w in enumerate(weights)
+            if i % per == 1 or i % per == 0 and (dx or i >= first)]
+
+
 class _Layers(torch.autograd.Function):
     """Forward: `fastbptt.layer.vjp`; backward: its ``back``."""
 
@@ -96,6 +108,7 @@ class _Layers(torch.autograd.Function):
         out, back = _layer.vjp(x.detach().numpy(), _model(cfg, weights), **_options(cfg, h0, c0),
                                truncate=cfg.truncate, stride=cfg.stride)
         ctx.cfg, ctx.back, ctx.like = cfg, back, (out.h.shape, out.h.dtype)
+        ctx.save_for_backward(*_read_back(cfg, weights, ctx.needs_input_grad[1]))
         ctx.set_materialize_grads(False)
         return _outputs(cfg, out)
 
@@ -106,6 +119,7 @@ class _Layers(torch.autograd.Function):
                 "fastbptt.torch computes first derivatives only: double backward "
                 "(create_graph=True, e.g. a gradient penalty) is not supported; use "
                 "torch.nn.RNN/GRU/LSTM for that")
+        ctx.saved_tensors                   # raises if a weight changed since forward
         cfg = ctx.cfg
         dh = np.zeros(*ctx.like) if dh is None else dh.numpy()
         r = ctx.back(dh, _numpy(dh_n), _numpy(dc_n))
@@ -114,8 +128,10 @@ class _Layers(torch.autograd.Function):
         return (None, _tensor(r.dx), dh0, dc0, *_weight_grads(cfg, r.grads))
 
 
+@torch.compiler.disable
 def run(cfg, x, h0, c0, weights):
-    """(output, h_n, c_n) of one call; see the module's docstring."""
+    """(output, h_n, c_n) of one call; see the module's docstring. ``torch.compile`` runs
+    it as it is, between the graphs it compiles (it cannot trace into Numba)."""
     tensors = (x, h0, c0, *weights)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         return _Layers.apply(cfg, x, h0, c0, *weights)

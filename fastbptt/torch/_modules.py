@@ -53,6 +53,34 @@ def _check_tensors(module, tensors):
             raise ValueError(f"hx dtype ({t.dtype}) does not match weight dtype ({dtype})")
 
 
+def _autocast(module, input, hx):
+    """input and hx in the weights' dtype under ``torch.autocast``: fastbptt has no lower
+    precision, so there it computes in the weights' (as autocast runs the operations it
+    does not list), and returns outputs of that dtype."""
+    dtype = module._flat_weights[0].dtype
+
+    def cast(t):
+        return t.to(dtype) if t.is_floating_point() and t.dtype != dtype else t
+    if isinstance(input, PackedSequence):
+        input = PackedSequence(cast(input.data), *input[1:])
+    else:
+        input = cast(input)
+    if hx is not None:
+        hx = tuple(map(cast, hx)) if module._cell == "lstm" else cast(hx)
+    return input, hx
+
+
+def _check_ids(module, ids, where="input"):
+    """ValueError naming the first token id outside [0, input_size), at its index in the
+    caller's tensor."""
+    n = module.input_size
+    bad = (ids < 0) | (ids >= n)
+    if bool(bad.any()):
+        index = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"token ids must lie in [0, input_size={n}); got "
+                         f"{int(ids[index])} at index {index} of {where}")
+
+
 def _check_kind(input):
     """TypeError for input that is neither floats nor integer token ids."""
     if input.dtype == torch.bool or input.is_complex():
@@ -96,10 +124,19 @@ class _Bridge:
             s += f", stride={self.stride}" if self.stride != 1 else ""
         return s
 
+    def __prepare_scriptable__(self):
+        name = type(self).__name__
+        raise TypeError(f"fastbptt.torch.{name} cannot be compiled by torch.jit.script: its "
+                        "forward calls Numba kernels through NumPy. Call the module as it "
+                        "is, or through torch.compile (which runs it between the graphs it "
+                        f"compiles); torch.nn.{name} scripts")
+
     def forward(self, input, hx=None):
         """PyTorch's ``forward``; see ``torch.nn.RNN``, ``GRU``, ``LSTM``."""
         self._update_flat_weights()
         _check_truncation(self)
+        if torch.is_autocast_enabled("cpu"):
+            input, hx = _autocast(self, input, hx)
         lstm = self._cell == "lstm"
         states = () if hx is None else (tuple(hx) if lstm else (hx,))
         _check_tensors(self, (input.data if isinstance(input, PackedSequence) else input,
@@ -109,6 +146,8 @@ class _Bridge:
             if hx is not None:
                 hx = self.permute_hidden(hx, sorted_indices)
             self._check_args(data, hx, batch_sizes)
+            if not data.is_floating_point():
+                _check_ids(self, data, "input.data")
             padding = _Padding(batch_sizes)
             out, hidden = self._layers(padding.pad(data), hx, padding)
             output = PackedSequence(padding.pack(out), batch_sizes, sorted_indices,
@@ -117,9 +156,15 @@ class _Bridge:
         _check_kind(input)
         features = int(input.is_floating_point())          # token ids have no feature axis
         if input.dim() not in (1 + features, 2 + features):
+            kind = "" if features else (" token ids (integer input, one axis fewer than "
+                                        "float features)")
             raise ValueError(f"{type(self).__name__}: Expected input to be {1 + features}D or "
-                             f"{2 + features}D, got {input.dim()}D tensor instead")
+                             f"{2 + features}D{kind}, got {input.dim()}D tensor instead")
         batched = input.dim() == 2 + features
+        if input.shape[int(batched and self.batch_first)] == 0:
+            raise RuntimeError("Expected sequence length to be larger than 0 in RNN")
+        if not features:
+            _check_ids(self, input)
         batch_dim = 0 if self.batch_first else 1
         if not batched:
             input = input.unsqueeze(batch_dim)
