@@ -128,10 +128,28 @@ class _Layers(torch.autograd.Function):
         return (None, _tensor(r.dx), dh0, dc0, *_weight_grads(cfg, r.grads))
 
 
-@torch.compiler.disable
 def run(cfg, x, h0, c0, weights):
-    """(output, h_n, c_n) of one call; see the module's docstring. ``torch.compile`` runs
-    it as it is, between the graphs it compiles (it cannot trace into Numba)."""
+    """(output, h_n, c_n) of one call; see the module's docstring. Traced by
+    ``torch.compile``, it runs as it is, between the graphs compiled (Dynamo cannot trace
+    into Numba)."""
+    if torch.compiler.is_compiling():
+        return _untraced()(cfg, x, h0, c0, weights)
+    return _run(cfg, x, h0, c0, weights)
+
+
+_UNTRACED = []
+
+
+def _untraced():
+    """`_run` behind ``torch.compiler.disable``, made when first needed: that imports
+    Dynamo, a second that a program which does not compile need not spend."""
+    if not _UNTRACED:
+        _UNTRACED.append(torch.compiler.disable(_run))
+    return _UNTRACED[0]
+
+
+def _run(cfg, x, h0, c0, weights):
+    """`run` itself."""
     tensors = (x, h0, c0, *weights)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         return _Layers.apply(cfg, x, h0, c0, *weights)
