@@ -1,5 +1,8 @@
 """fastbptt.jax against the same layers written as a ``lax.scan``, under ``jit``, in
 float64 (x64) and float32."""
+import collections
+import typing
+
 import numpy as np
 import pytest
 
@@ -316,3 +319,102 @@ def test_params_checked_once_per_trace(monkeypatch):
     for _ in range(3):
         jax.block_until_ready(step(p, jnp.asarray(rng.normal(size=(B, T, L)))))
     assert len(calls) == 1
+
+
+class Named(typing.NamedTuple):
+    U: jax.Array
+    W: jax.Array
+    b: jax.Array
+
+
+@pytest.mark.parametrize("cell", GATES)
+def test_gradients_come_back_in_any_pytree_of_the_entries(cell):
+    """A NamedTuple of the user's, an OrderedDict (leaves in its own order, not sorted)
+    and a tuple get the gradients a dict gets, in their own structure."""
+    p = draw(cell, np.random.default_rng(4))
+    x = jnp.asarray(np.random.default_rng(5).normal(size=(B, T, L)))
+    fn = layer_fn(cell)
+
+    def grad(params):
+        return jax.jit(jax.grad(lambda q: loss_of(fn(q, x))))(params)
+    want = grad({"U": p.U, "W": p.W, "b": p.b, **({"bh": p.bh} if cell == "gru" else {})})
+    kinds = [collections.OrderedDict([(k, want_k) for k, want_k in reversed(
+        [("U", p.U), ("W", p.W), ("b", p.b)] + ([("bh", p.bh)] if cell == "gru" else []))])]
+    if cell != "gru":
+        kinds += [Named(p.U, p.W, p.b), (p.U, p.W, p.b)]
+    for params in kinds:
+        got = grad(params)
+        assert type(got) is type(params)
+        names = list(got.keys()) if isinstance(got, dict) else ["U", "W", "b"]
+        values = list(got.values()) if isinstance(got, dict) else list(got)
+        for name, value in zip(names, values):
+            np.testing.assert_array_equal(value, want[name])
+
+
+def test_values_are_checked_where_they_are_known():
+    """Outside jit the token ids and lengths are checked before the callback, by the
+    NumPy API's rules (padding steps are not read); under jit they cannot be."""
+    p = draw("lstm", np.random.default_rng(6))
+    with pytest.raises(ValueError, match=r"x token ids must lie in \[0, 4\)"):
+        fj.lstm(p, jnp.array([[0, 1, 4]]))
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=3\]"):
+        fj.lstm(p, jnp.array([[0, 1, 2], [3, 2, 1]]), lengths=[4, 2])
+    h, _, _ = fj.lstm(p, jnp.array([[0, 1, 9]]), lengths=[2])         # 9: padding
+    assert h.shape == (1, 3, H) and float(jnp.abs(h[0, 2]).max()) == 0
+    with pytest.raises(TypeError, match="x must be token ids or dense floats; got None"):
+        fj.rnn(draw("elman", np.random.default_rng(7)), None)
+    a = fj.gru(draw("gru", np.random.default_rng(8)), jnp.array([[0, 1, 2]]), reverse=np.True_)
+    b = fj.gru(draw("gru", np.random.default_rng(8)), jnp.array([[0, 1, 2]]), reverse=True)
+    assert_close(a, b, 0)
+
+
+def test_second_derivatives_are_refused_in_a_sentence():
+    p = draw("lstm", np.random.default_rng(9))
+    x = jnp.asarray(np.random.default_rng(10).normal(size=(2, 3, L)))
+    message = "fastbptt.jax computes first derivatives only"
+    with pytest.raises(NotImplementedError, match=message):
+        jax.hessian(lambda x: fj.lstm(p, x)[0].sum())(x)
+    with pytest.raises(NotImplementedError, match=message):
+        jax.grad(lambda q: jnp.sum(jax.grad(lambda q: fj.lstm(q, x)[0].sum())(q).U ** 2))(p)
+
+
+SHARD_MAP = """
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+import jax, jax.numpy as jnp, numpy as np
+import fastbptt.jax as fj
+from jax.sharding import Mesh, PartitionSpec as P
+jax.config.update("jax_enable_x64", True)
+mesh = Mesh(np.array(jax.devices()), ("d",))
+r = np.random.default_rng(0)
+p = {"U": r.normal(size=(16, 3)), "W": r.normal(size=(16, 4)) * 0.5, "b": r.normal(size=16)}
+p = {k: jnp.asarray(v) for k, v in p.items()}
+ids, x = jnp.asarray(r.integers(0, 3, (4, 6))), jnp.asarray(r.normal(size=(4, 6, 3)))
+h0 = jnp.asarray(r.normal(size=(4, 4)))
+def loss(p, x, h0):
+    h, hf, cf = fj.lstm(p, x, h0)
+    return jnp.sum(h ** 2) + jnp.sum(hf) + jnp.sum(cf ** 3)
+worst = 0.0
+for check in (True, False):
+    whole = jax.shard_map(lambda p, x, h0: jax.lax.psum(loss(p, x, h0), "d"), mesh=mesh,
+                          in_specs=(P(), P("d"), P("d")), out_specs=P(), check_vma=check)
+    for inputs in (ids, x):
+        args = (0, 2) if inputs is ids else (0, 1, 2)
+        want = jax.grad(loss, argnums=args)(p, inputs, h0)
+        got = jax.jit(jax.grad(whole, argnums=args))(p, inputs, h0)
+        for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+            worst = max(worst, float(jnp.abs(a - b).max() / jnp.abs(b).max()))
+print(worst)
+"""
+
+
+def test_shard_map_sums_the_devices_gradients():
+    """In jax.shard_map over two host devices, with check_vma on and off, the gradients
+    of the sum of the shards' losses are those of the whole batch's loss: a replicated
+    parameter's is the sum over devices (not one device's, counted twice)."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", SHARD_MAP], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.strip().splitlines()[-1]) <= TOLERANCE

@@ -4,14 +4,22 @@ Shapes, dtypes and options are checked while tracing (a pure callback must not r
 fastbptt checks values on the host. The params are checked by the NumPy API's own rules
 (`fastbptt.params.read_layer` for their structure, `check_layers` for each entry's shape
 and the biases a cell takes, run on empty host arrays of the same shapes), so both APIs
-refuse the same params with the same messages. The params' pytree (a `fastbptt.Layer`, a
-dict with keys U, W, b, bh, or a tuple (U, W[, b[, bh]])) is rebuilt on the host with
-NumPy leaves, and the gradients come back in the same pytree.
+refuse the same params with the same messages. Where the values are known (outside
+`jit`), fastbptt's own checks of them (token ids, lengths) run before the call too, so
+they raise a plain ValueError there. The params' pytree (a `fastbptt.Layer`, a dict with
+keys U, W, b, bh, a tuple (U, W[, b[, bh]]), or any pytree of the kind: a NamedTuple, an
+OrderedDict) goes to the host as a `fastbptt.Layer` of its leaves, each leaf known by the
+entry it is, and the gradients come back in the caller's pytree.
+
+Inside ``jax.shard_map`` (with its default ``check_vma=True``), each device's call works
+on its shard: the outputs vary over the mesh axes that any input varies over, and the
+gradient of an input that does not vary over some of those axes (parameters replicated
+on every device) is the sum over them, as the derivative of the whole computation is.
 """
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +27,7 @@ import numpy as np
 
 from .. import layer as _layer
 from .._bridge_options import check_truncation
+from .._inputs import prepare_layer
 from .._params_check import check_layers
 from ..params import CELLS, LAYER_NAMES, Layer, read_layer
 from . import _kept
@@ -36,7 +45,7 @@ class Options(NamedTuple):
     reverse: bool
     truncate: Optional[int]
     stride: int
-    treedef: Any                     # the params' pytree structure
+    names: tuple                     # the params' leaves: which of U, W, b, bh each is
     ids: bool                        # x holds token ids
     outputs: tuple                   # ShapeDtypeStructs of h, h_final (, c_final)
 
@@ -53,7 +62,7 @@ def _layer_options(opts, h0, c0, lengths):
 
 
 def _host_params(opts, leaves):
-    return opts.treedef.unflatten([np.asarray(v) for v in leaves])
+    return Layer(**{name: np.asarray(v) for name, v in zip(opts.names, leaves)})
 
 
 def _outputs(opts, out):
@@ -84,9 +93,8 @@ def _backward_host(opts, key, leaves, x, h0, c0, lengths, cotangents):
     if back is None:
         _, back = _vjp(opts, leaves, x, h0, c0, lengths)
     r = back(*(np.asarray(c) for c in cotangents))
-    grads = jax.tree_util.tree_map(lambda p, g: np.zeros_like(p) if g is None else g,
-                                   _host_params(opts, leaves), r.grads)
-    out = (tuple(jax.tree_util.tree_leaves(grads)),)
+    out = (tuple(np.zeros_like(v) if getattr(r.grads, n) is None else getattr(r.grads, n)
+                 for n, v in zip(opts.names, leaves)),)
     out += () if opts.ids else (r.dx,)
     out += () if h0 is None else (r.dh0,)
     return out + (() if c0 is None else (r.dc0,))
@@ -98,31 +106,78 @@ def _like(value):
     return jax.ShapeDtypeStruct(value.shape, value.dtype)
 
 
+def _varying(*values):
+    """The mesh axes (inside ``jax.shard_map``) over which any of ``values`` varies."""
+    axes = set()
+    for v in jax.tree_util.tree_leaves(values):
+        kind = getattr(jax.typeof(v), "manual_axis_type", None)
+        axes |= set(getattr(kind, "varying", None) or getattr(jax.typeof(v), "vma", ()))
+    return tuple(sorted(axes))
+
+
+def _per_device(values, axes):
+    """A callback's results, which differ from device to device, typed so: varying over
+    ``axes`` (a callback's results are typed alike on every device)."""
+    if not axes:
+        return values
+    return jax.tree_util.tree_map(lambda v: jax.lax.pcast(v, axes, to="varying"), values)
+
+
+def _as_input(grad, value, axes):
+    """The gradient of ``value`` from each device's: summed over the axes among ``axes``
+    over which ``value`` does not vary (`_per_device` first)."""
+    if not axes:
+        return grad
+    grad = jax.lax.pcast(grad, axes, to="varying")
+    rest = tuple(a for a in axes if a not in _varying(value))
+    return jax.lax.psum(grad, rest) if rest else grad
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _run(opts, leaves, x, h0, c0, lengths):
-    return jax.pure_callback(functools.partial(_forward_host, opts), opts.outputs, leaves, x,
-                             h0, c0, lengths, vmap_method="sequential")
+    outputs = jax.pure_callback(functools.partial(_forward_host, opts), opts.outputs, leaves,
+                                x, h0, c0, lengths, vmap_method="sequential")
+    return _per_device(outputs, _varying(leaves, x, h0, c0, lengths))
 
 
 def _run_fwd(opts, leaves, x, h0, c0, lengths):
-    *outputs, key = jax.pure_callback(
-        functools.partial(_forward_rule_host, opts), opts.outputs + (KEY,), leaves, x, h0, c0,
-        lengths, vmap_method="sequential")
-    return tuple(outputs), (key, leaves, x, h0, c0, lengths)
+    *outputs, key = _callback(functools.partial(_forward_rule_host, opts),
+                              opts.outputs + (KEY,), leaves, x, h0, c0, lengths)
+    outputs = _per_device(tuple(outputs), _varying(leaves, x, h0, c0, lengths))
+    return outputs, (key, leaves, x, h0, c0, lengths)
 
 
 def _run_bwd(opts, saved, cotangents):
     key, leaves, x, h0, c0, lengths = saved
     shapes = (tuple(map(_like, leaves)),) + tuple(
         _like(v) for v in ((None if opts.ids else x), h0, c0) if v is not None)
-    result = list(jax.pure_callback(
-        lambda *a: _backward_host(opts, *a[:6], a[6:]), shapes, key, leaves, x, h0, c0,
-        lengths, *cotangents, vmap_method="sequential"))
-    grads = result.pop(0)
-    dx = None if opts.ids else result.pop(0)
-    dh0 = None if h0 is None else result.pop(0)
-    dc0 = None if c0 is None else result.pop(0)
+    result = list(_callback(functools.partial(_backward_host_flat, opts), shapes, key, leaves,
+                            x, h0, c0, lengths, *cotangents))
+    axes = _varying(leaves, x, h0, c0, lengths, cotangents)
+    grads = tuple(_as_input(g, v, axes) for g, v in zip(result.pop(0), leaves))
+    dx = None if opts.ids else _as_input(result.pop(0), x, axes)
+    dh0 = None if h0 is None else _as_input(result.pop(0), h0, axes)
+    dc0 = None if c0 is None else _as_input(result.pop(0), c0, axes)
     return grads, dx, dh0, dc0, None
+
+
+def _backward_host_flat(opts, *args):
+    return _backward_host(opts, *args[:6], args[6:])
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _callback(fn, shapes, *args):
+    """The derivative rules' callbacks, with a derivative rule of their own that says what
+    a pure callback's refusal would not (a gradient's derivative differentiates them)."""
+    return jax.pure_callback(fn, shapes, *args, vmap_method="sequential")
+
+
+@_callback.defjvp
+def _no_second_derivatives(fn, shapes, primals, tangents):
+    raise NotImplementedError(
+        "fastbptt.jax computes first derivatives only: the derivative of a gradient "
+        "(jax.hessian, jax.grad of jax.grad, a gradient penalty) is not supported; use a "
+        "lax.scan layer for that")
 
 
 _run.defvjp(_run_fwd, _run_bwd)
@@ -155,7 +210,7 @@ def _entry(name, value):
 
 
 def _check_params(cell, params):
-    """(leaves, treedef, dtype, (L, H)) of one layer's params, from shapes and dtypes alone.
+    """(leaves, names, dtype, (L, H)) of one layer's params, from shapes and dtypes alone.
 
     The structure, each entry's shape and the biases the cell takes are checked by the
     NumPy API's own `check_layers`, run on empty host arrays of the same shapes and dtype,
@@ -183,8 +238,23 @@ def _check_params(cell, params):
     # U, W present; ranks; U, b, bh shapes against W; bh for the GRU only, and with b
     empty = Layer(*(None if v is None else np.empty(v.shape, v.dtype) for v in entries.values()))
     checked = check_layers(empty, cell=cell, check_finite=False)
-    leaves, treedef = jax.tree_util.tree_flatten(params)
-    return tuple(map(_array, leaves)), treedef, checked.dtype, checked.sizes[:2]
+    leaves = jax.tree_util.tree_leaves(params)
+    return tuple(map(_array, leaves)), _names(model.layers[0][0], leaves), checked.dtype, \
+        checked.sizes[:2]
+
+
+def _names(entries, leaves):
+    """Which entry (U, W, b, bh) each leaf of the params' pytree is, by identity."""
+    free = dict(zip(LAYER_NAMES, entries))
+    names = []
+    for leaf in leaves:
+        name = next((k for k, v in free.items() if v is leaf), None)
+        if name is None:
+            raise TypeError(f"params hold {type(leaf).__name__} leaves beside U, W, b, bh: "
+                            f"params are {ONE_LAYER}")
+        names.append(name)
+        del free[name]
+    return tuple(names)
 
 
 def _state_check(name, value, want, dtype):
@@ -205,10 +275,13 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     if cell != "elman" and activation != "tanh":
         raise ValueError(f"activation applies to the Elman cell only; got {activation!r} for "
                          f"the {cell.upper()} cell")
-    if not isinstance(reverse, bool):
+    if not isinstance(reverse, (bool, np.bool_)):
         raise TypeError(f"reverse must be True or False; got {reverse!r}")
+    reverse = bool(reverse)
     check_truncation(truncate, stride, reverse=reverse)
-    leaves, treedef, dtype, (L, H) = _check_params(cell, params)
+    leaves, names, dtype, (L, H) = _check_params(cell, params)
+    if x is None:
+        raise TypeError("x must be token ids or dense floats; got None")
     x = jnp.asarray(x)
     ids = bool(jnp.issubdtype(x.dtype, jnp.integer))
     if ids and x.ndim not in (1, 2):
@@ -227,7 +300,11 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
             raise ValueError(f"lengths must hold integers, shape {lead[:-1]} (one per sequence "
                              f"of x); got {lengths.shape} {lengths.dtype}")
     outputs = (h, final) + ((final,) if cell == "lstm" else ())
-    opts = Options(cell, activation, reverse, truncate, stride, treedef, ids, outputs)
+    opts = Options(cell, activation, reverse, truncate, stride, names, ids, outputs)
+    if not any(isinstance(v, jax.core.Tracer) for v in (x, lengths, *leaves)):
+        prepare_layer(np.asarray(x), _host_params(opts, leaves), cell=cell,   # the values
+                      activation=activation, lengths=_host(lengths), reverse=reverse,
+                      check_finite=False)
     return opts, leaves, x, h0, c0, lengths
 
 
