@@ -74,9 +74,11 @@ def _check_ids(module, ids, where="input"):
     """ValueError naming the first token id outside [0, input_size), at its index in the
     caller's tensor."""
     n = module.input_size
-    bad = (ids < 0) | (ids >= n)
-    if bool(bad.any()):
-        index = tuple(int(i) for i in bad.nonzero()[0])
+    if not ids.numel():
+        return
+    low, high = torch.aminmax(ids)
+    if low < 0 or high >= n:
+        index = tuple(int(i) for i in ((ids < 0) | (ids >= n)).nonzero()[0])
         raise ValueError(f"token ids must lie in [0, input_size={n}); got "
                          f"{int(ids[index])} at index {index} of {where}")
 
