@@ -32,24 +32,31 @@ _KEY = re.compile(r"(weight_ih|weight_hh|bias_ih|bias_hh)_l(\d+)(_reverse)?")
 _SUFFIXES = ("", "_reverse")
 
 
-def _numpy(value, name):
-    """A tensor (duck-typed) or array as a NumPy array."""
+def _numpy(value, name, converting):
+    """A tensor (duck-typed) or array as a NumPy array; bfloat16, which NumPy lacks, as
+    float32 (exactly) when ``converting`` to a dtype given."""
     if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":
+            if not converting:
+                raise TypeError("the state dicts hold bfloat16; pass dtype=np.float32 or "
+                                "np.float64 to convert them")
+            value = value.float()
+        value = value.numpy()
     arr = np.asarray(value)
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must hold floats; got dtype {arr.dtype}")
     return arr
 
 
-def _state_dict(value, what):
+def _state_dict(value, what, converting):
     """{key: array} of a state dict (or of a module's ``state_dict()``)."""
     if callable(getattr(value, "state_dict", None)):
         value = value.state_dict()
     if not isinstance(value, Mapping):
         raise TypeError(f"{what} must be a state dict (a mapping of names to tensors or "
                         f"arrays) or a module; got {type(value).__name__}")
-    return {str(k): _numpy(v, f"{what}[{k!r}]") for k, v in value.items()}
+    return {str(k): _numpy(v, f"{what}[{k!r}]", converting) for k, v in value.items()}
 
 
 def _dtype(arrays, dtype):
@@ -60,7 +67,12 @@ def _dtype(arrays, dtype):
             raise TypeError(f"the state dicts hold {', '.join(sorted(map(str, found)))}; "
                             "pass dtype=np.float32 or np.float64 to convert them")
         return found.pop()
-    dtype = np.dtype(dtype)
+    if str(dtype).startswith("torch."):            # torch.float32 names NumPy's float32
+        dtype = str(dtype)[len("torch."):]
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be float32 or float64; got {dtype!r}") from None
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"dtype must be float32 or float64; got {dtype}")
     return dtype
@@ -72,6 +84,12 @@ def _keys(state):
         raise ValueError("the state dict has weight_hr_l* keys: an LSTM with proj_size > 0, "
                          "which fastbptt does not support")
     unknown = sorted(k for k in state if not _KEY.fullmatch(k))
+    prefix = _common_prefix(state)
+    if unknown and prefix:
+        raise ValueError(f"every key of the RNN state dict starts with {prefix!r} (a module "
+                         f"inside another, or nn.DataParallel's): pass the RNN's own state "
+                         f"dict, e.g. {{k[{len(prefix)}:]: v for k, v in sd.items() if "
+                         f"k.startswith({prefix!r})}}")
     if unknown:
         raise ValueError(f"unknown key(s) {', '.join(unknown)} in the RNN state dict; expected "
                          "weight_ih_l<k>, weight_hh_l<k>, bias_ih_l<k>, bias_hh_l<k> (and "
@@ -92,9 +110,19 @@ def _keys(state):
     return num_layers, D, bias
 
 
-def _shape(state, key, shape):
+def _common_prefix(state):
+    """The dotted prefix every key shares ("rnn.", "module."), or ""."""
+    heads = {k.rpartition(".")[0] for k in state}
+    if len(heads) == 1 and "" not in heads:
+        prefix = heads.pop() + "."
+        if all(_KEY.fullmatch(k[len(prefix):]) for k in state):
+            return prefix
+    return ""
+
+
+def _shape(state, key, shape, what=""):
     if state[key].shape != shape:
-        raise ValueError(f"{key} must have shape {shape}; got {state[key].shape}")
+        raise ValueError(f"{what}{key} must have shape {shape}; got {state[key].shape}")
     return state[key]
 
 
@@ -114,8 +142,9 @@ def from_torch(rnn_state_dict, head_state_dict=None, *, dtype=None):
     head_state_dict : mapping or module, optional
         An ``nn.Linear`` over the top layer's outputs: ``weight`` (C, H D), ``bias`` (C,)
         if it has one. It becomes V and c.
-    dtype : float32 or float64, optional
-        The dtype of the result; by default the tensors' own (which must then agree).
+    dtype : float32 or float64 (NumPy's or torch's), optional
+        The dtype of the result; by default the tensors' own (which must then agree, and
+        be float32 or float64: float16 and bfloat16 tensors need it).
 
     Returns
     -------
@@ -124,8 +153,10 @@ def from_torch(rnn_state_dict, head_state_dict=None, *, dtype=None):
         bh = bias_hh for GRU; None without biases), V and c from the head (None without
         one). The arrays are copies.
     """
-    state = _state_dict(rnn_state_dict, "rnn_state_dict")
-    head = None if head_state_dict is None else _state_dict(head_state_dict, "head_state_dict")
+    converting = dtype is not None
+    state = _state_dict(rnn_state_dict, "rnn_state_dict", converting)
+    head = None if head_state_dict is None else _state_dict(head_state_dict, "head_state_dict",
+                                                            converting)
     num_layers, D, bias = _keys(state)
     dtype = _dtype(list(state.values()) + list((head or {}).values()), dtype)
     W0 = state["weight_hh_l0"]
@@ -166,9 +197,10 @@ def from_torch(rnn_state_dict, head_state_dict=None, *, dtype=None):
             raise ValueError(f"head_state_dict weight must be (output_size, {H * D}), an "
                              f"nn.Linear's over the top layer's outputs; got shape "
                              f"{tuple(weight.shape)}")
-        V = np.array(_shape(head, "weight", (weight.shape[0], H * D)), dtype)
+        top = f"head_state_dict (an nn.Linear over the top layer's {H * D} outputs) "
+        V = np.array(_shape(head, "weight", (weight.shape[0], H * D), top), dtype)
         if "bias" in head:
-            c = np.array(_shape(head, "bias", (V.shape[0],)), dtype)
+            c = np.array(_shape(head, "bias", (V.shape[0],), top), dtype)
     return Model(tuple(layers), V, c)
 
 

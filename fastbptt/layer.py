@@ -14,8 +14,9 @@ weights, of dense inputs, and of the initial state::
 ``back`` may be called any number of times. It keeps the forward pass's states, and the
 inputs it needs (a reordered copy for reverse directions), in arrays of its own: about
 (T + 1) B H numbers per layer and direction, plus the dense inputs' T B L. Later calls
-of other fastbptt functions do not change them. `fastbptt.bptt` is the output layer of
-SPEC.md §1 on top of the same engine.
+of other fastbptt functions do not change them. The params are not copied: ``back``
+reads them as they are when it runs, so change them (an optimizer step) only after it.
+`fastbptt.bptt` is the output layer of SPEC.md §1 on top of the same engine.
 """
 from __future__ import annotations
 
@@ -206,7 +207,8 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
         ``h_final``: each sequence's last real state, shaped like h0; ``c_final``: the
         LSTM's last cell state, likewise (None for other cells).
     back : callable
-        ``back(dh, dh_final=None, dc_final=None)`` -> `LayerGrads`.
+        ``back(dh, dh_final=None, dc_final=None)`` -> `LayerGrads`. It reads the params
+        as they are when it runs: change them (an optimizer step) only after it.
     """
     problem = prepare_layer(x, params, cell=cell, activation=activation, h0=h0, c0=c0,
                             lengths=lengths, reverse=reverse, truncate=truncate, stride=stride,

@@ -152,9 +152,10 @@ def test_bad_heads_and_kinds():
     sd = _state()
     with pytest.raises(ValueError, match="nn.Linear's"):
         fastbptt.from_torch(sd, {"weight": np.zeros((C, H)), "extra": np.zeros(1)})
-    with pytest.raises(ValueError, match=r"weight must have shape \(4, 2\)"):
+    with pytest.raises(ValueError, match=r"head_state_dict \(an nn.Linear over the top layer's "
+                                         r"2 outputs\) weight must have shape \(4, 2\)"):
         fastbptt.from_torch(sd, {"weight": np.zeros((C, 3))})
-    with pytest.raises(ValueError, match=r"bias must have shape \(4,\)"):
+    with pytest.raises(ValueError, match=r"head_state_dict .* bias must have shape \(4,\)"):
         fastbptt.from_torch(sd, {"weight": np.zeros((C, H)), "bias": np.zeros(3)})
     with pytest.raises(ValueError, match=r"head_state_dict weight must be \(output_size, 2\)"
                                          r".*got shape \(\)"):
@@ -174,6 +175,30 @@ def test_bad_heads_and_kinds():
         fastbptt.to_torch([np.zeros((2, 3)), np.zeros((2, 2))])
     with pytest.raises(ValueError, match="W"):
         fastbptt.to_torch(fastbptt.Layer(np.zeros((2, 3)), np.zeros((3, 3))))
+
+
+def test_torch_dtypes_bfloat16_and_prefixed_keys():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(L, H, num_layers=2, bidirectional=True)
+    want = fastbptt.from_torch(lstm.state_dict(), dtype=np.float64)
+    got = fastbptt.from_torch(lstm.state_dict(), dtype=torch.float64)    # torch's dtype
+    for a, b in zip(leaves(got).values(), leaves(want).values()):
+        np.testing.assert_array_equal(a, b)
+    low = {k: v.bfloat16() for k, v in lstm.state_dict().items()}
+    with pytest.raises(TypeError, match="hold bfloat16; pass dtype=np.float32"):
+        fastbptt.from_torch(low)
+    exact = fastbptt.from_torch(low, dtype=np.float32)     # bfloat16 -> float32 is exact
+    np.testing.assert_array_equal(exact.layers[1][1].W,
+                                  low["weight_hh_l1_reverse"].float().numpy())
+    with pytest.raises(TypeError, match="dtype must be float32 or float64; got 'nonsense'"):
+        fastbptt.from_torch(lstm.state_dict(), dtype="nonsense")
+    with pytest.raises(TypeError, match="dtype must be float32 or float64; got int32"):
+        fastbptt.from_torch(lstm.state_dict(), dtype=torch.int32)
+    for prefix in ("rnn.", "module."):
+        with pytest.raises(ValueError, match=f"every key of the RNN state dict starts with "
+                                             f"'{prefix}'.*k\\[{len(prefix)}:\\]"):
+            fastbptt.from_torch({prefix + k: v for k, v in lstm.state_dict().items()})
 
 
 def test_import_does_not_import_torch():
