@@ -8,11 +8,13 @@ from __future__ import annotations
 import math
 import os
 import zipfile
+from types import SimpleNamespace
 
 import numpy as np
 
 from ._command_errors import CommandError, describe
-from .checkpoint import check_target
+from ._resume import describe_model
+from .checkpoint import check_target, load
 from .params import CELLS, leaf_shapes
 
 __all__ = ["output_file", "new_checkpoint", "plot_file", "memory", "model_memory", "corpus",
@@ -53,10 +55,6 @@ def new_checkpoint(path, option="--checkpoint", *, overwrite=False):
 def _earlier_run(path):
     """An existing checkpoint in words: "a run of 1 GRU layer of hidden size 256 at step
     6,832", or "an earlier run's checkpoint" when it cannot be read."""
-    from types import SimpleNamespace
-
-    from ._resume import describe_model
-    from .checkpoint import load
     try:
         ckpt = load(path)
         o = ckpt.options

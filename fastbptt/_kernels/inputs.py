@@ -75,15 +75,25 @@ def gather_step(x_ids, U, UT, bias, rows, t, b0, b1):
     B = rows.shape[0]
     GH = bias.shape[0]
     if UT.size:
-        for b in range(b0, b1):
-            row, u = rows[b], UT[x_ids[t * B + b]]
-            for i in range(GH):
-                row[i] = u[i] + bias[i]
+        gather_columns(x_ids, UT, bias, rows, t, b0, b1, 0, GH)
     else:
         for b in range(b0, b1):
             row, col = rows[b], x_ids[t * B + b]
             for i in range(GH):
                 row[i] = U[i, col] + bias[i]
+
+
+@jit(inline="always")
+def gather_columns(x_ids, UT, bias, rows, t, b0, b1, c0, c1):
+    """Columns c0 ... c1-1 of rows b0 ... b1-1 of step t's time-major gates <- those of
+    U[:, x_t] + b, from UT's rows (`gather_step`; a thread's own units in
+    `narrow_units.forward_units`)."""
+    B = rows.shape[0]
+    bc = bias[c0:c1]
+    for b in range(b0, b1):
+        row, u = rows[b, c0:c1], UT[x_ids[t * B + b], c0:c1]
+        for i in range(c1 - c0):
+            row[i] = u[i] + bc[i]
 
 
 @jit

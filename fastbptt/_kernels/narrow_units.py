@@ -19,6 +19,7 @@ from ._jit import jit
 from .blas import transpose_into
 from .cells import backward_tm, forward_tm
 from .copies import add_row, copy_row, longest
+from .inputs import gather_columns
 from .matvec import panels_axpy
 from .narrow import finish_narrow, start_narrow
 from .sync import meet
@@ -53,7 +54,7 @@ def forward_units(cell, WTc, W, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_fin
         for g in range(G):
             c = g * H + u0
             if ids is not None:
-                _gather_units(ids, UT, bias, Z[t + 1], t, c, c + n)
+                gather_columns(ids, UT, bias, Z[t + 1], t, 0, B, c, c + n)
             if apart:
                 for b in range(B):
                     copy_row(Hid[b, c:c + n], bh[c:c + n])
@@ -69,18 +70,6 @@ def forward_units(cell, WTc, W, act, lengths, h0, c0, Z, S, E, C, Hid, bh, h_fin
             return False
     finish_narrow(lengths, Z, S, E, C, h_final, c_final, b0, b1)
     return True
-
-
-@jit(inline="always")
-def _gather_units(ids, UT, bias, rows, t, c0, c1):
-    """Columns c0 ... c1-1 of step t's time-major gates, rows (B, >= G H), <- those of
-    U[:, x_t] + b, from UT's rows (`inputs.gather_step` for a range of columns)."""
-    B = rows.shape[0]
-    b_ = bias[c0:c1]
-    for b in range(B):
-        row, u = rows[b, c0:c1], UT[ids[t * B + b], c0:c1]
-        for i in range(c1 - c0):
-            row[i] = u[i] + b_[i]
 
 
 @jit
