@@ -4,7 +4,9 @@ agreement on tiny versions of the stacked, bidirectional, gated and layer worklo
 
 The peer tests need PyTorch and/or JAX and skip with the reason where they are missing.
 """
+import dataclasses
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -189,3 +191,36 @@ def test_bench_times_fastbptt_and_the_peers_of_a_stacked_workload(monkeypatch):
     text = report.table(result)
     assert "S1" in text and "GF/s (% peak)" in text
     json.dumps(report.as_json(result))
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the 2-thread timing needs two CPUs")
+def test_bench_times_one_and_two_threads_in_turns_for_a_scaled_workload(monkeypatch):
+    """For G4 (a SCALED workload) fastbptt and sgemm are timed on 1 and 2 threads in the
+    same turns: each timed call runs at the thread count it is filed under, and the
+    run's own count is set again afterwards."""
+    from fastbptt.bench import peers, report, runner, workloads
+
+    monkeypatch.setitem(workloads.WORKLOADS, "G4", tiny("G4"))
+    seen, original = [], peers.PEERS["fastbptt"].make
+
+    def make(*args):
+        call = original(*args)
+
+        def run():
+            seen.append(peers.get_threads())
+            return call()
+        return peers.Call(run, call.note)
+
+    monkeypatch.setitem(peers.PEERS, "fastbptt",
+                        dataclasses.replace(peers.PEERS["fastbptt"], make=make))
+    result = runner.run(names=("G4",), repeat=3, budget=0.05, with_peers=False)
+    (r,) = result.results
+    assert set(r.scaling) == {1, 2} and set(r.scaling_peak) == {1, 2}
+    assert all(len(r.scaling[n].times) >= 3 for n in (1, 2))
+    main = len(r.fastbptt.times)
+    assert seen.count(1) >= main + len(r.scaling[1].times)
+    assert seen.count(2) >= len(r.scaling[2].times)
+    first_two = seen.index(2)
+    assert 1 in seen[first_two:], seen          # 1 thread again after 2: in turns
+    assert peers.get_threads() == 1
+    assert "G4 fastbptt on 2 threads" in report.table(result)

@@ -58,3 +58,22 @@ def test_repeat_below_three_is_honoured(monkeypatch):
     timings = measure_turns({"a": _fake(clock, log, "a", 1.0)}, repeat=1, budget=0.1,
                             warmup=0)
     assert len(timings["a"].times) == 1 and log == ["a"]
+
+
+def test_enter_runs_untimed_before_each_turn_of_its_name(monkeypatch):
+    clock, log = _with_clock(monkeypatch), []
+
+    def enter():
+        log.append("enter")
+        clock.now += 7.0                    # would show in every timing if it were timed
+
+    calls = {"a": _fake(clock, log, "a", 0.5), "b": _fake(clock, log, "b", 0.5)}
+    timings = measure_turns(calls, repeat=4, budget=10.0, rounds=2, warmup=1,
+                            enter={"a": enter})
+    assert timings["a"].times == [0.5] * 4 and timings["b"].times == [0.5] * 4
+    # before a's sizing, then before each of its turns: round 0 (a first), round 1 (b
+    # first); never between a's own calls
+    assert log == ["enter", "a", "a", "b", "b",             # sizing: warm-up and one timed
+                   "enter", "a", "b",                       # round 0: no warm-up
+                   "b", "b", "b",                           # round 1: warm-up, then 2
+                   "enter", "a", "a", "a"], log

@@ -9,6 +9,7 @@ for every implementation.
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import shlex
 import sys
@@ -167,23 +168,25 @@ def _check_peer(peer, workload, data, expected, progress):
 
 
 def _scaling(result, call, repeat, budget):
-    """fastbptt and sgemm on 1 and 2 threads, in turns (reusing the main run's figures for
-    its count): the sgemm ratio shows whether a second core was free to use."""
+    """fastbptt and sgemm on 1 and 2 threads, all four in turns, so that the ratio of the
+    two thread counts is measured side by side (the main run's figure on 1 thread came
+    from other turns); twice the budget, as the ratio is the figure here. The sgemm ratio
+    shows whether a second core was free to use."""
     if (os.cpu_count() or 1) < 2:
         return
-    for n in (1, 2):
-        if n == result.threads:
-            result.scaling[n], result.scaling_peak[n] = result.fastbptt, result.peak
-            continue
-        set_threads(n)
-        try:
-            gemm, flops = gemm_call(result.workload.dtype)
-            timings = measure_turns({"fastbptt": call, GEMM: gemm}, repeat=repeat,
-                                    budget=budget)
-            result.scaling[n] = timings["fastbptt"]
-            result.scaling_peak[n] = flops / timings[GEMM].median / 1e9
-        finally:
-            set_threads(result.threads)
+    gemm, flops = gemm_call(result.workload.dtype)
+    counts = (1, 2)
+    calls, enter = {}, {}
+    for n in counts:
+        calls[n], calls[GEMM, n] = call, gemm
+        enter[n] = enter[GEMM, n] = functools.partial(set_threads, n)
+    try:
+        timings = measure_turns(calls, repeat=repeat, budget=2 * budget, enter=enter)
+    finally:
+        set_threads(result.threads)
+    for n in counts:
+        result.scaling[n] = timings[n]
+        result.scaling_peak[n] = flops / timings[GEMM, n].median / 1e9
 
 
 def run(names=DEFAULT, threads=1, repeat=50, budget=2.0, with_peers=True,

@@ -83,7 +83,7 @@ def _timed_call(fn, timing):
     timing.cpu_times.append(time.process_time() - cpu)
 
 
-def measure_turns(calls, repeat=50, budget=2.0, rounds=5, warmup=1):
+def measure_turns(calls, repeat=50, budget=2.0, rounds=5, warmup=1, enter=None):
     """{name: Timing} of several calls timed in turns, `calls` a {name: fn}.
 
     Every fn gets as many timed calls as `measure` would give it (one timed call sizes its
@@ -95,15 +95,25 @@ def measure_turns(calls, repeat=50, budget=2.0, rounds=5, warmup=1):
     the host, clock changes) then slows every implementation alike, and each is timed
     with its data in cache, as in a training loop.
 
+    ``enter``, a {name: fn} for some of the names, is called untimed before each of that
+    name's turns (its warm-up calls included), e.g. to set the thread count it runs with.
+
     Garbage collection is off while timing, as in `timeit`.
     """
     names = list(calls)
+    enter = enter or {}
+
+    def turn(name):
+        if name in enter:
+            enter[name]()
+
     timings = {name: Timing() for name in names}
     enabled = gc.isenabled()
     gc.disable()
     try:
         wanted = {}
         for name in names:
+            turn(name)
             for _ in range(warmup):
                 calls[name]()
             _timed_call(calls[name], timings[name])
@@ -114,6 +124,7 @@ def measure_turns(calls, repeat=50, budget=2.0, rounds=5, warmup=1):
                 share = -(-wanted[name] * (r + 1) // count)
                 if len(timings[name].times) >= share:
                     continue
+                turn(name)
                 for _ in range(warmup if r else 0):
                     calls[name]()
                 while len(timings[name].times) < share:
