@@ -72,8 +72,9 @@ def test_enter_runs_untimed_before_each_turn_of_its_name(monkeypatch):
                             enter={"a": enter})
     assert timings["a"].times == [0.5] * 4 and timings["b"].times == [0.5] * 4
     # before a's sizing, then before each of its turns: round 0 (a first), round 1 (b
-    # first); never between a's own calls
+    # first); never between a's own calls; a's turns start with a warm-up in every round,
+    # b's from round 1 on
     assert log == ["enter", "a", "a", "b", "b",             # sizing: warm-up and one timed
-                   "enter", "a", "b",                       # round 0: no warm-up
+                   "enter", "a", "a", "b",                  # round 0: a's warm-up only
                    "b", "b", "b",                           # round 1: warm-up, then 2
                    "enter", "a", "a", "a"], log

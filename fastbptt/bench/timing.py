@@ -96,7 +96,10 @@ def measure_turns(calls, repeat=50, budget=2.0, rounds=5, warmup=1, enter=None):
     with its data in cache, as in a training loop.
 
     ``enter``, a {name: fn} for some of the names, is called untimed before each of that
-    name's turns (its warm-up calls included), e.g. to set the thread count it runs with.
+    name's turns, e.g. to set the thread count it runs with; each such turn then starts
+    with its warm-up calls, the first round's too (a 2-thread BLAS call just before
+    leaves a worker spinning on the second core for a while, which would slow a
+    2-thread call timed right after it).
 
     Garbage collection is off while timing, as in `timeit`.
     """
@@ -125,7 +128,7 @@ def measure_turns(calls, repeat=50, budget=2.0, rounds=5, warmup=1, enter=None):
                 if len(timings[name].times) >= share:
                     continue
                 turn(name)
-                for _ in range(warmup if r else 0):
+                for _ in range(warmup if r or name in enter else 0):
                     calls[name]()
                 while len(timings[name].times) < share:
                     _timed_call(calls[name], timings[name])
