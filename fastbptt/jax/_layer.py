@@ -135,8 +135,8 @@ def _as_input(grad, value, axes):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _run(opts, leaves, x, h0, c0, lengths):
-    outputs = jax.pure_callback(functools.partial(_forward_host, opts), opts.outputs, leaves,
-                                x, h0, c0, lengths, vmap_method="sequential")
+    outputs = _callback(functools.partial(_forward_host, opts), opts.outputs, leaves, x, h0,
+                        c0, lengths)
     return _per_device(outputs, _varying(leaves, x, h0, c0, lengths))
 
 
@@ -167,8 +167,9 @@ def _backward_host_flat(opts, *args):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def _callback(fn, shapes, *args):
-    """The derivative rules' callbacks, with a derivative rule of their own that says what
-    a pure callback's refusal would not (a gradient's derivative differentiates them)."""
+    """Every host callback (the forward pass and the derivative rules'), with a derivative
+    rule of its own that says what a pure callback's refusal would not (a gradient's
+    derivative differentiates the rules' callbacks)."""
     return jax.pure_callback(fn, shapes, *args, vmap_method="sequential")
 
 
