@@ -9,26 +9,49 @@ For training loops: `fastbptt.optim` (SGD, Adagrad, Adam, updating params in pla
 `clip_grads`, `fastbptt.text` (a character codec and a stream batcher for chunked training),
 `sample`, `fastbptt.checkpoint`, the `fastbptt.train` trainer behind the ``fastbptt train``
 command, and data-parallel training on Dask (`fastbptt.distributed`, an optional extra).
+
+``import fastbptt`` imports neither NumPy nor Numba: each name below loads its module on
+first use (``fastbptt.grad`` loads the engine), so that the ``fastbptt`` command answers
+signals and ``-h`` from its first moment.
 """
-import numba as _numba
+import os as _os
+from typing import TYPE_CHECKING
 
-if _numba.config.DISABLE_JIT:
-    raise ImportError("fastbptt cannot run with NUMBA_DISABLE_JIT=1: its kernels call vector "
-                      "intrinsics and BLAS symbols that exist only in compiled code; unset "
-                      "NUMBA_DISABLE_JIT")
+_DISABLED_JIT = ("fastbptt cannot run with NUMBA_DISABLE_JIT=1: its kernels call vector "
+                 "intrinsics and BLAS symbols that exist only in compiled code; unset "
+                 "NUMBA_DISABLE_JIT")
 
-from ._results import BPTTResult, ForwardResult
-from .api import bptt, forward, grad, loss, value_and_grad
-from .gradcheck import check_grad, check_layer_grad
-from .interchange import from_torch, to_torch
-from ._threads import get_num_threads, set_num_threads
-from ._workspace import clear_workspace
-from .params import Layer, Model, Params, init_params
-from . import checkpoint, layer, optim, text
-from .clip import clip_grads
-from .optim import SGD, Adagrad, Adam
-from .sampling import sample
-from .text import Codec, StreamBatcher
+
+def _refuse_disabled_jit(disabled):
+    if disabled:
+        raise ImportError(_DISABLED_JIT)
+
+
+def _jit_disabled_by_environment():
+    """NUMBA_DISABLE_JIT as Numba reads it (an integer; anything else is ignored)."""
+    try:
+        return int(_os.environ.get("NUMBA_DISABLE_JIT", "") or 0) != 0
+    except ValueError:
+        return False
+
+
+_refuse_disabled_jit(_jit_disabled_by_environment())   # Numba's own config: `_kernels`
+
+_WHERE = {
+    "BPTTResult": "_results", "ForwardResult": "_results",
+    "bptt": "api", "forward": "api", "grad": "api", "loss": "api", "value_and_grad": "api",
+    "check_grad": "gradcheck", "check_layer_grad": "gradcheck",
+    "from_torch": "interchange", "to_torch": "interchange",
+    "get_num_threads": "_threads", "set_num_threads": "_threads",
+    "clear_workspace": "_workspace",
+    "Layer": "params", "Model": "params", "Params": "params", "init_params": "params",
+    "clip_grads": "clip",
+    "SGD": "optim", "Adagrad": "optim", "Adam": "optim",
+    "sample": "sampling",
+    "Codec": "text", "StreamBatcher": "text",
+}
+_SUBMODULES = ("api", "checkpoint", "clip", "gradcheck", "interchange", "layer", "optim",
+               "params", "reference", "sampling", "text")
 
 __all__ = [
     "BPTTResult", "ForwardResult", "Layer", "Model", "Params", "bptt", "check_grad",
@@ -38,3 +61,36 @@ __all__ = [
     "sample", "text", "layer",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    from importlib import import_module
+
+    if name in _WHERE:
+        value = getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    elif name in _SUBMODULES:
+        value = import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE) | set(_SUBMODULES))
+
+
+if TYPE_CHECKING:
+    from . import api, checkpoint, clip, gradcheck, interchange, layer, optim, params
+    from . import reference, sampling, text
+    from ._results import BPTTResult, ForwardResult
+    from ._threads import get_num_threads, set_num_threads
+    from ._workspace import clear_workspace
+    from .api import bptt, forward, grad, loss, value_and_grad
+    from .clip import clip_grads
+    from .gradcheck import check_grad, check_layer_grad
+    from .interchange import from_torch, to_torch
+    from .optim import SGD, Adagrad, Adam
+    from .params import Layer, Model, Params, init_params
+    from .sampling import sample
+    from .text import Codec, StreamBatcher

@@ -202,5 +202,6 @@ def test_torch_dtypes_bfloat16_and_prefixed_keys():
 
 
 def test_import_does_not_import_torch():
-    code = "import sys, fastbptt; assert 'torch' not in sys.modules, 'torch imported'"
+    code = ("import sys, fastbptt; fastbptt.from_torch, fastbptt.to_torch; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

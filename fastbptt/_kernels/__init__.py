@@ -1,1 +1,6 @@
 """Numba kernels. Private: they trust their arguments, which `fastbptt._inputs` has checked."""
+import numba as _numba
+
+from .. import _refuse_disabled_jit
+
+_refuse_disabled_jit(_numba.config.DISABLE_JIT)    # set by a .numba_config.yaml, say

@@ -1,0 +1,81 @@
+"""``import fastbptt`` itself imports neither NumPy nor Numba, and nothing it loads imports
+PyTorch or JAX; every public name loads its module on first use; a bridge whose framework
+is missing says in one line which extra to install; NUMBA_DISABLE_JIT is refused in one
+line whether the environment or Numba's configuration sets it. Each check runs in a fresh
+interpreter."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import fastbptt
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def python(code):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get(
+        "PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_import_fastbptt_imports_no_framework():
+    r = python("import sys, fastbptt, fastbptt.bench.workloads\n"
+               "from fastbptt import *\n"
+               "print(sorted(m for m in ('torch', 'jax', 'jaxlib') if m in sys.modules))")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("bridge, framework, extra", [("torch", "torch", "torch"),
+                                                      ("jax", "jax", "jax")])
+def test_missing_framework_names_the_extra(bridge, framework, extra):
+    r = python(f"import sys\nsys.modules[{framework!r}] = None\n"
+               f"try:\n    import fastbptt.{bridge}\n"
+               f"except ImportError as e:\n    print(e)\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith(f"pip install 'fastbptt[{extra}]'")
+    assert len(r.stdout.strip().splitlines()) == 1
+
+
+def test_import_fastbptt_imports_neither_numpy_nor_numba():
+    r = python("import sys, fastbptt\n"
+               "print(sorted(m for m in ('numpy', 'numba', 'scipy') if m in sys.modules))")
+    assert (r.returncode, r.stdout.strip()) == (0, "[]"), r.stderr
+
+
+def test_every_public_name_resolves_to_its_module():
+    r = python("import fastbptt, fastbptt.api, fastbptt.params, fastbptt.optim\n"
+               "assert fastbptt.grad is fastbptt.api.grad\n"
+               "assert fastbptt.Params is fastbptt.params.Params\n"
+               "assert fastbptt.Adam is fastbptt.optim.Adam\n"
+               "names = {}\n"
+               "exec('from fastbptt import *', names)\n"
+               "assert set(fastbptt.__all__) <= set(names) and set(fastbptt.__all__) <= "
+               "set(dir(fastbptt))\n"
+               "assert names['layer'] is fastbptt.layer and names['sample'] is "
+               "fastbptt.sampling.sample\n"
+               "print(fastbptt.reference.grad.__module__)")
+    assert (r.returncode, r.stdout.strip()) == (0, "fastbptt.reference.head"), r.stderr
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    for name in ("gradient", "Trainer", "_WHERE_NOT"):
+        try:
+            getattr(fastbptt, name)
+        except AttributeError as error:
+            assert str(error) == f"module 'fastbptt' has no attribute {name!r}"
+        else:
+            raise AssertionError(f"fastbptt.{name} exists")
+
+
+def test_disable_jit_in_numbas_configuration_is_refused_at_the_engines_import():
+    r = python("import numba\n"
+               "numba.config.DISABLE_JIT = True\n"
+               "import fastbptt\n"
+               "from fastbptt import grad\n")
+    assert r.returncode == 1
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == f"ImportError: {fastbptt._DISABLED_JIT}"
