@@ -15,7 +15,8 @@ import sys
 
 from ._signals import Interrupted, SignalGuard
 
-__all__ = ["UsageError", "CommandError", "USAGE", "FAILURE", "run_command", "describe"]
+__all__ = ["UsageError", "CommandError", "USAGE", "FAILURE", "run_command", "interrupted",
+           "describe"]
 
 USAGE, FAILURE = 2, 1
 
@@ -63,6 +64,13 @@ def _say(prog, text):
         pass
 
 
+def interrupted(prog):
+    """The status of a command that a SIGINT (Ctrl-C) stopped before its guard took over
+    SIGINT, or after it let go, said in one line."""
+    _say(prog, "interrupted by SIGINT")
+    return 130
+
+
 def run_command(prog, command, args, *, last=False):
     """``command(args)``'s exit status, with every failure reported in one line.
 
@@ -83,8 +91,7 @@ def run_command(prog, command, args, *, last=False):
         _say(prog, str(error))
         return error.status
     except KeyboardInterrupt:                    # a SIGINT outside the guard's reach
-        _say(prog, "interrupted by SIGINT")
-        return 130
+        return interrupted(prog)
     except (CommandError, OSError, ValueError, MemoryError) as error:
         _say(prog, describe(error))
         return FAILURE

@@ -16,19 +16,19 @@ import os
 import sys
 import time
 
-import numpy as np
-
-from . import reference
-from ._command_errors import run_command
+from ._command_errors import interrupted, run_command
 from ._ranges import Range
-from .api import bptt
-from .bench.agreement import relative_error
-from .bench.timing import measure
-from .params import init_params
 
 
 def demo(args):
+    import numpy as np
+
+    from . import reference
     from ._preflight import memory
+    from .api import bptt
+    from .bench.agreement import relative_error
+    from .bench.timing import measure
+    from .params import init_params
 
     dtype = np.dtype(args.dtype)
     H, L, B, T = args.hidden, args.vocab, args.batch, args.steps
@@ -392,12 +392,15 @@ def main(argv=None):
     Without ``argv`` this is the program: signals that come after the command has ended
     are ignored until it exits, so they cannot change its status.
     """
-    parser = build_parser()
     last = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("demo", "bench", "train", "sample", "-h", "--help"):
         argv = ["demo"] + argv                  # demo is the default: `fastbptt --steps 20`
-    args, unknown = parser.parse_known_args(argv)
+    try:                                        # imports NumPy and the engine's modules
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
+    except KeyboardInterrupt:
+        return interrupted("fastbptt")
     if unknown:                                 # said by the command's parser, not the top's
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     if last and args.command == "bench":

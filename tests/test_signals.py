@@ -4,12 +4,15 @@ was due: during training (saved), during compilation (nothing to save), during t
 evaluation (already saved), and a stream of signals during the save."""
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 
-from cli_processes import SMALL, finish, read_until, start, word_corpus, write_corpus
+from cli_processes import (SMALL, env, finish, read_until, start, word_corpus,
+                           write_corpus)
 from fastbptt import checkpoint
 
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
@@ -140,6 +143,39 @@ def test_a_stream_of_signals_does_not_cut_the_save_short(folder):
 def test_other_commands_exit_on_a_signal_with_one_line(folder, command, signum, marker):
     interrupt(command, folder, marker, signum,
               f"fastbptt {command[0]}: interrupted by {signum.name}")
+
+
+# The first moments of a command, made deterministic: a finder on sys.meta_path raises
+# KeyboardInterrupt, as a Ctrl-C would, when the package first imports the named module.
+CTRL_C_AT_IMPORT = """
+import runpy, sys
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["fastbptt", *{args!r}]
+{entry}
+"""
+ENTRIES = {
+    # what pip's console script does, and `python -m fastbptt`
+    "script": "from fastbptt.cli import main\nsys.exit(main())",
+    "module": "runpy.run_module('fastbptt', run_name='__main__', alter_sys=True)",
+}
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("module", ["numpy", "numba"])
+@pytest.mark.parametrize("args", [
+    ["train", "tiny.txt", "--steps", "1"], ["sample", "resumable.npz"], ["--steps", "5"],
+    ["bench", "--workloads", "W2"]], ids=["train", "sample", "demo", "bench"])
+def test_ctrl_c_while_the_command_imports_the_engine_says_one_line(folder, entry, module,
+                                                                    args):
+    code = CTRL_C_AT_IMPORT.format(module=module, args=args, entry=ENTRIES[entry])
+    done = subprocess.run([sys.executable, "-c", code], cwd=folder, env=env(),
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr, done.stdout) == (
+        130, "fastbptt: interrupted by SIGINT\n", ""), done
 
 
 def test_bench_exits_on_a_signal_with_one_line_and_leaves_no_child(folder):
