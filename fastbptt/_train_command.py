@@ -25,6 +25,7 @@ from ._cursors import BlockLost, warm_up
 from ._ranges import flag
 from ._run_saves import NothingToSave, Schedule, failure, save_checkpoint
 from ._signals import SignalGuard
+from ._train_options import DEFAULT_CHECKPOINT_EVERY, DEFAULT_TIME
 from .params import from_leaves, leaves
 from .sampling import sample
 from .text import Codec, unigram_entropy
@@ -32,11 +33,7 @@ from .train import Trainer, TrainOptions, evaluate
 
 __all__ = ["run", "run_sample", "DEFAULT_TIME", "DEFAULT_CHECKPOINT_EVERY"]
 
-DEFAULT_TIME = 90.0
 ESTIMATE_STEPS = 200        # steps timed to fix the decay's horizon under a time budget
-# (steps, seconds) between periodic checkpoints; the default also waits at least 100 times
-# as long as the last save took, so that saving costs under 1% of the run
-DEFAULT_CHECKPOINT_EVERY = (None, 10.0)
 LN2 = math.log(2)
 DISTRIBUTED = "pip install 'fastbptt[distributed]'"
 

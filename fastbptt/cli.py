@@ -175,7 +175,7 @@ def _truncate(text):
 
 def _option_type(field):
     """The argparse type of a `fastbptt.train.TrainOptions` field: its range."""
-    from .train import OPTION_RANGES
+    from ._train_options import OPTION_RANGES
 
     return _type(OPTION_RANGES[field], field)
 
@@ -202,8 +202,7 @@ def _address(text):
 
 
 def _add_train(commands):
-    from ._train_command import DEFAULT_CHECKPOINT_EVERY, DEFAULT_TIME
-    from .train import TrainOptions
+    from ._train_options import DEFAULT_CHECKPOINT_EVERY, DEFAULT_TIME, TrainOptions
 
     d = TrainOptions()
     t = commands.add_parser(
@@ -396,7 +395,7 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("demo", "bench", "train", "sample", "-h", "--help"):
         argv = ["demo"] + argv                  # demo is the default: `fastbptt --steps 20`
-    try:                                        # imports NumPy and the engine's modules
+    try:                                        # bench's --workloads imports NumPy
         parser = build_parser()
         args, unknown = parser.parse_known_args(argv)
     except KeyboardInterrupt:

@@ -79,3 +79,20 @@ def test_disable_jit_in_numbas_configuration_is_refused_at_the_engines_import():
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
     assert last == f"ImportError: {fastbptt._DISABLED_JIT}"
+
+
+def test_the_command_answers_help_and_wrong_options_without_numpy():
+    r = python("import sys\n"
+               "from fastbptt.cli import main\n"
+               "for argv in (['-h'], ['train', '-h'], ['train', '--hidden', '0'], "
+               "['sample', '-h'], ['--steps', '0']):\n"
+               "    try:\n"
+               "        main(argv)\n"
+               "    except SystemExit as e:\n"
+               "        assert e.code == (2 if '0' in argv else 0), (argv, e.code)\n"
+               "    else:\n"
+               "        raise AssertionError(argv)\n"
+               "print(sorted(m for m in ('numpy', 'numba') if m in sys.modules))")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+    assert "--hidden: must be an integer of at least 1; got 0" in r.stderr
