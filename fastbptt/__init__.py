@@ -22,11 +22,6 @@ _DISABLED_JIT = ("fastbptt cannot run with NUMBA_DISABLE_JIT=1: its kernels call
                  "NUMBA_DISABLE_JIT")
 
 
-def _refuse_disabled_jit(disabled):
-    if disabled:
-        raise ImportError(_DISABLED_JIT)
-
-
 def _jit_disabled_by_environment():
     """NUMBA_DISABLE_JIT as Numba reads it (an integer; anything else is ignored)."""
     try:
@@ -35,7 +30,8 @@ def _jit_disabled_by_environment():
         return False
 
 
-_refuse_disabled_jit(_jit_disabled_by_environment())   # Numba's own config: `_kernels`
+if _jit_disabled_by_environment():      # set in Numba's configuration: `_kernels` refuses it
+    raise ImportError(_DISABLED_JIT)
 
 _WHERE = {
     "BPTTResult": "_results", "ForwardResult": "_results",

@@ -1,6 +1,7 @@
 """Numba kernels. Private: they trust their arguments, which `fastbptt._inputs` has checked."""
 import numba as _numba
 
-from .. import _refuse_disabled_jit
+from .. import _DISABLED_JIT
 
-_refuse_disabled_jit(_numba.config.DISABLE_JIT)    # set by a .numba_config.yaml, say
+if _numba.config.DISABLE_JIT:           # set by a .numba_config.yaml, say
+    raise ImportError(_DISABLED_JIT)

@@ -153,8 +153,8 @@ def _startup(s):
     warm = s.get("warm_start")
     if warm:
         out.append(f"warm start (fresh process, warm Numba cache): import fastbptt and "
-                   f"its engine {warm['import_s']:.2f} s + first W2 call {warm['first_call_s']:.2f} s = "
-                   f"{warm['import_and_first_call_s']:.2f} s "
+                   f"its engine {warm['import_s']:.2f} s + first W2 call "
+                   f"{warm['first_call_s']:.2f} s = {warm['import_and_first_call_s']:.2f} s "
                    f"(whole process {warm['wall_s']:.2f} s; median of 3)")
     cold = s.get("cold_start")
     if cold:
