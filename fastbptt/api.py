@@ -236,7 +236,8 @@ def forward(x, params, *, activation="tanh", h0=None, lengths=None, check_finite
         top = fw.top()
         h = top.reshape(T, B, width).transpose(1, 0, 2) if fw.plan.narrow else \
             top.reshape(width, T, B).transpose(2, 1, 0)
-        logits = h @ model.V.T + (0 if model.c is None else model.c)
+        with np.errstate(invalid="ignore"):   # OpenBLAS's spurious flag: _blas_flags
+            logits = h @ model.V.T + (0 if model.c is None else model.c)
         logits -= logits.max(axis=-1, keepdims=True)
         np.exp(logits, out=logits)
         probs = logits / logits.sum(axis=-1, keepdims=True)

@@ -26,7 +26,8 @@ def _probabilities(h, V, c, temperature):
     most 0: a temperature so small that a difference overflows (1e-320) gives -inf,
     probability 0, and the draw is greedy, instead of inf - inf = NaN.
     """
-    logits = V.astype(np.float64) @ h.astype(np.float64)
+    with np.errstate(invalid="ignore"):       # OpenBLAS's spurious flag: _blas_flags
+        logits = V.astype(np.float64) @ h.astype(np.float64)
     if c is not None:
         logits += c
     logits -= logits.max()

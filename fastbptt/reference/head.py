@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._blas_flags import ignore_invalid_flag
 from .._inputs import prepare
 from .._results import BPTTResult
 from ..layer import _caller_states
@@ -17,11 +18,13 @@ from .stack import Forward
 __all__ = ["bptt", "grad", "value_and_grad", "output", "output_error"]
 
 
+@ignore_invalid_flag
 def output(h, V, c):
     """o = V h + c."""
     return V @ h if c is None else V @ h + c
 
 
+@ignore_invalid_flag
 def output_error(o, target, y_ids, loss):
     """(L_t, e_t = dL_t/do_t) for one output vector o; target is a class id or a row.
 
@@ -43,6 +46,7 @@ def output_error(o, target, y_ids, loss):
     return -(row @ log_p), p * row.sum() - row
 
 
+@ignore_invalid_flag
 def solve(problem):
     """(loss, Model of gradients, h_final, dh0, c_final, dc0), states as (S, B, H)."""
     V, c = problem.model.V, problem.model.c

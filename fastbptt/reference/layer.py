@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._blas_flags import ignore_invalid_flag
 from .cells import State, add
 
 __all__ = ["Run", "run", "sweep", "window_start", "windows"]
@@ -65,6 +66,7 @@ class Run:
         return h
 
 
+@ignore_invalid_flag
 def run(layer, cell, activation, inputs, start, reverse=False):
     """The forward pass of one direction over one sequence's inputs (in step order)."""
     order = list(range(len(inputs)))
@@ -81,6 +83,7 @@ def run(layer, cell, activation, inputs, start, reverse=False):
     return out
 
 
+@ignore_invalid_flag
 def sweep(layer, cell, activation, r, inject, lo, hi, grads, dx, final=None):
     """Carry gradients back through positions hi ... lo of run ``r``.
 
