@@ -24,6 +24,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 
 from .._bridge_options import check_truncation
+from .._kernels.checks import id_range
 from ._function import Config, run
 
 FLOATS = (torch.float32, torch.float64)
@@ -39,7 +40,7 @@ def _check_tensors(module, tensors):
     """CPU tensors of float32 or float64, hx of the weights' dtype."""
     name = type(module).__name__
     for t in tensors:
-        if t.device.type != "cpu":
+        if not t.is_cpu:
             raise ValueError(f"fastbptt.torch.{name} runs on the CPU; got a tensor on "
                              f"{t.device}: move the module and tensors with .cpu(), or use "
                              f"torch.nn.{name} on that device")
@@ -74,9 +75,10 @@ def _check_ids(module, ids, where="input"):
     """ValueError naming the first token id outside [0, input_size), at its index in the
     caller's tensor."""
     n = module.input_size
-    if not ids.numel():
+    values = ids.detach().numpy()
+    if not values.size:
         return
-    low, high = torch.aminmax(ids)
+    low, high = id_range(values.reshape(-1))   # one pass, as fastbptt checks ids
     if low < 0 or high >= n:
         index = tuple(int(i) for i in ((ids < 0) | (ids >= n)).nonzero()[0])
         raise ValueError(f"token ids must lie in [0, input_size={n}); got "
