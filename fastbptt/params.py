@@ -153,9 +153,14 @@ def init_params(input_size, hidden_size, output_size, *, cell="elman", num_layer
     for name, flag in (("bidirectional", bidirectional), ("bias", bias)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name} must be True or False; got {flag!r}")
+    try:
+        floats = dtype is not None and np.dtype(dtype) in (np.float32, np.float64)
+    except TypeError:                       # not a dtype at all: "foo", object()
+        floats = False
+    if not floats:
+        raise TypeError(f"dtype must be float32 or float64 (np.float32, 'float64', ...); "
+                        f"got {dtype!r}")
     dtype = np.dtype(dtype)
-    if dtype not in (np.float32, np.float64):
-        raise TypeError(f"dtype must be float32 or float64; got {dtype}")
     try:
         rng = np.random.default_rng(seed)
     except (TypeError, ValueError) as error:

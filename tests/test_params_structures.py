@@ -159,6 +159,11 @@ def test_init_params_seed():
                                "got -1"),
     ({"seed": "a"}, TypeError, "seed must be None"),
     ({"num_layers": 0}, ValueError, "num_layers must be at least 1; got 0"),
+    ({"dtype": "foo"}, TypeError, "dtype must be float32 or float64 (np.float32, 'float64', "
+                                  "...); got 'foo'"),
+    ({"dtype": None}, TypeError, "dtype must be float32 or float64 (np.float32, 'float64', "
+                                 "...); got None"),
+    ({"dtype": np.float16}, TypeError, "dtype must be float32 or float64"),
 ])
 def test_init_params_refusals(options, error, message):
     with pytest.raises(error, match=re.escape(message)):
