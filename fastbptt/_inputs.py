@@ -76,6 +76,23 @@ class Problem:
         return len(self.model.layers[0])
 
 
+# The keyword options of the entry points with a head (`fastbptt.bptt`'s) and of the layer's
+# (`fastbptt.layer.vjp`'s), for those that take them as **options and pass them on.
+HEAD_OPTIONS = frozenset({"truncate", "stride", "activation", "loss", "h0", "lengths",
+                          "check_finite", "cell", "c0"})
+LAYER_OPTIONS = frozenset({"cell", "activation", "h0", "c0", "lengths", "reverse", "truncate",
+                           "stride", "check_finite"})
+
+
+def known_options(caller, options, known):
+    """The TypeError Python would raise for an unknown keyword of ``caller`` itself, rather
+    than of a function it passes its options to."""
+    if not options.keys() <= known:
+        name = min(options.keys() - known)
+        raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}; its options "
+                        f"are {', '.join(sorted(known))}")
+
+
 def _name_list(options):
     return ", ".join(repr(k) for k in options)
 

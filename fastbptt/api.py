@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._accept import accept
-from ._inputs import prepare
+from ._inputs import HEAD_OPTIONS, known_options, prepare
 from ._kernels.blas import row_sums
 from ._kernels.output import (ERRORS, direction_backward, direction_logits, output_backward_fm,
                               output_backward_tm)
@@ -207,12 +207,14 @@ def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="soft
 
 def value_and_grad(x, y, params, **options):
     """``(loss, grads)``: the loss as a Python float and the gradients as in `grad`."""
+    known_options("value_and_grad", options, HEAD_OPTIONS)
     result = bptt(x, y, params, **options)
     return result.loss, result.grads
 
 
 def grad(x, y, params, **options):
     """Gradients of the summed loss, in the structure of ``params``. Options as `bptt`."""
+    known_options("grad", options, HEAD_OPTIONS)
     return bptt(x, y, params, **options).grads
 
 

@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from ._inputs import prepare, prepare_layer
+from ._inputs import HEAD_OPTIONS, LAYER_OPTIONS, known_options, prepare, prepare_layer
 from .api import bptt
 from .layer import vjp
 from .params import Layer, Model, leaves
@@ -168,6 +168,7 @@ def check_grad(x, y, params, *, eps=None, impl=None, **options):
         'layers.<l>.<d>.U', ..., 'V', 'c' for a stack), then 'h0' where h0 was given and
         'c0' where c0 was given and the result has a dc0.
     """
+    known_options("check_grad", options, HEAD_OPTIONS)
     eps = None if eps is None else _step(eps)
     problem = prepare(x, y, params, **options)
     result = (impl or bptt)(x, y, params, **options)
@@ -212,12 +213,13 @@ def check_layer_grad(x, params, dh, dh_final=None, dc_final=None, *, eps=None, i
         'layers.<l>.<d>.U', ... for a stack), then 'x' for dense inputs, 'h0' and 'c0'
         where given.
     """
+    known_options("check_layer_grad", options, LAYER_OPTIONS)
     eps = None if eps is None else _step(eps)
     problem = prepare_layer(x, params, **options)
     result = (impl or vjp)(x, params, **options)[1](dh, dh_final, dc_final)
     wide = _widen(problem)
     S, B, H = wide.h0.shape
-    G = np.asarray(dh, WIDE).reshape(B, problem.T, -1)
+    G = np.asarray(dh, WIDE).reshape(B, problem.T, H * problem.directions)
     finals = [None if v is None else np.asarray(v, WIDE).reshape(S, B, H)
               for v in (dh_final, dc_final)]
 

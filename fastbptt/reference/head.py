@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._blas_flags import ignore_invalid_flag
-from .._inputs import prepare
+from .._inputs import HEAD_OPTIONS, known_options, prepare
 from .._results import BPTTResult
 from ..layer import _caller_states
 from ..params import Model
@@ -74,6 +74,7 @@ def bptt(x, y, params, **options):
     For an LSTM, c_final and dL/dc0 are computed too (`solve`); they are returned when
     `BPTTResult` has fields for them.
     """
+    known_options("bptt", options, HEAD_OPTIONS)
     problem = prepare(x, y, params, **options)
     total, grads, h_final, dh0, c_final, dc0 = solve(problem)
     lstm = {"c_final": c_final, "dc0": dc0}
@@ -85,10 +86,12 @@ def bptt(x, y, params, **options):
 
 def value_and_grad(x, y, params, **options):
     """(loss, grads), as `fastbptt.value_and_grad`."""
+    known_options("value_and_grad", options, HEAD_OPTIONS)
     result = bptt(x, y, params, **options)
     return result.loss, result.grads
 
 
 def grad(x, y, params, **options):
     """Gradients in the structure of ``params``, as `fastbptt.grad`."""
+    known_options("grad", options, HEAD_OPTIONS)
     return bptt(x, y, params, **options).grads

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._inputs import prepare_layer
+from .._inputs import LAYER_OPTIONS, known_options, prepare_layer
 from .._results import LayerGrads, LayerOutput
 from ..layer import _caller_states, _upstream
 from ..params import Layer, Model
@@ -144,6 +144,7 @@ def _output(problem, fw):
 
 def layer_vjp(x, params, **options):
     """``(out, back)`` as `fastbptt.layer.vjp`, from the loops of this module."""
+    known_options("layer_vjp", options, LAYER_OPTIONS)
     problem = prepare_layer(x, params, **options)
     fw = Forward(problem)
     out = _output(problem, fw)
@@ -170,5 +171,6 @@ def layer_vjp(x, params, **options):
 
 def layer_forward(x, params, **options):
     """`LayerOutput` as `fastbptt.layer.forward`."""
+    known_options("layer_forward", options, LAYER_OPTIONS)
     problem = prepare_layer(x, params, **options)
     return _output(problem, Forward(problem))
