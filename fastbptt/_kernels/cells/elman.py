@@ -2,11 +2,11 @@
 
 Its gate buffer is the state array itself (a_t is overwritten by h_t in place), and its
 gradient buffers are one array: delta_t = dL/dh_t * f'(a_t), in place on dL/dh_t. f' is
-read off h (`activations.derivative`); feature-major backward passes compute it for every
+read off h (`activations.times_derivative`); feature-major backward passes compute it for every
 step first (`prepare_fm`).
 """
 from .._jit import jit
-from ..activations import activate_columns, activate_vector, derivative, derivative_into
+from ..activations import activate_columns, activate_vector, derivative_into, times_derivative
 
 
 SUMS = True       # backward_fm adds to the lag-major sum itself
@@ -78,7 +78,7 @@ def backward_tm(dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act, j0, j1):
     dh = dH[t * B + b]
     s = S[t + 1, b]
     for i in range(j0, j1):
-        dh[i] *= derivative(s[i], act)
+        dh[i] = times_derivative(dh[i], s[i], act)
 
 
 @jit(inline="always")
