@@ -114,6 +114,38 @@ def test_relu_rnn():
         assert relative(a, b) <= TOLERANCE
 
 
+@pytest.mark.parametrize("batch", [1, 4, 40])
+def test_relu_states_that_overflow_keep_natives_gradients(batch):
+    """relu'(+inf) = 1: a state that overflows passes its gradient on, as in PyTorch."""
+    native, bridge = modules("elman", input_size=1, hidden_size=1, nonlinearity="relu")
+    for module in (native, bridge):
+        with torch.no_grad():
+            module.weight_ih_l0.fill_(1e200)
+            module.weight_hh_l0.fill_(0.5)
+            module.bias_ih_l0.fill_(0.0)
+            module.bias_hh_l0.fill_(0.0)
+    x = torch.ones(2, batch, 1, dtype=torch.float64)
+    x[0] = 1e200                                         # h_0 = inf, then h_1 = inf
+    grads = []
+    for module in (bridge, native):
+        xi = x.clone().requires_grad_()
+        module.zero_grad()
+        module(xi)[0].sum().backward()
+        grads.append([xi.grad] + [p.grad for p in module.parameters()])
+    assert grads[1][0].isfinite().all() and grads[1][3].isfinite().all()
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, equal_nan=True, rtol=TOLERANCE, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.uint16, torch.uint32, torch.uint64,
+                                   torch.int16])
+def test_an_id_out_of_range_is_named_for_every_integer_dtype(dtype):
+    ids = torch.tensor([[1], [200]]).to(dtype)             # (T, B)
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, input_size=6\); got 200 "
+                                         r"at index \(1, 0\) of input"):
+        ft.GRU(6, 4)(ids)
+
+
 @pytest.mark.parametrize("cell", CELLS)
 @pytest.mark.parametrize("layout", ["time-major", "batch-first", "packed", "unbatched"])
 def test_token_ids_are_one_hot_inputs(cell, layout):

@@ -80,9 +80,9 @@ def _check_ids(module, ids, where="input"):
         return
     low, high = id_range(values.reshape(-1))   # one pass, as fastbptt checks ids
     if low < 0 or high >= n:
-        index = tuple(int(i) for i in ((ids < 0) | (ids >= n)).nonzero()[0])
+        index = tuple(int(i) for i in np.argwhere((values < 0) | (values >= n))[0])
         raise ValueError(f"token ids must lie in [0, input_size={n}); got "
-                         f"{int(ids[index])} at index {index} of {where}")
+                         f"{int(values[index])} at index {index} of {where}")
 
 
 def _check_kind(input):
