@@ -353,7 +353,8 @@ def test_gradients_come_back_in_any_pytree_of_the_entries(cell):
 
 def test_values_are_checked_where_they_are_known():
     """Outside jit the token ids and lengths are checked before the callback, by the
-    NumPy API's rules (padding steps are not read); under jit they cannot be."""
+    NumPy API's rules (padding steps are not read), also while the params are traced (grad,
+    value_and_grad, vjp); under jit they cannot be."""
     p = draw("lstm", np.random.default_rng(6))
     with pytest.raises(ValueError, match=r"x token ids must lie in \[0, 4\)"):
         fj.lstm(p, jnp.array([[0, 1, 4]]))
@@ -363,6 +364,13 @@ def test_values_are_checked_where_they_are_known():
     assert h.shape == (1, 3, H) and float(jnp.abs(h[0, 2]).max()) == 0
     with pytest.raises(TypeError, match="x must be token ids or dense floats; got None"):
         fj.rnn(draw("elman", np.random.default_rng(7)), None)
+    for params_traced in (jax.grad, jax.value_and_grad, lambda f: lambda p: jax.vjp(f, p)):
+        def loss(params, x, lengths=None):
+            return fj.lstm(params, x, lengths=lengths)[0].sum()
+        with pytest.raises(ValueError, match=r"x token ids must lie in \[0, 4\)"):
+            params_traced(lambda q: loss(q, jnp.array([[0, 1, 4]])))(p)
+        with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=3\]"):
+            params_traced(lambda q: loss(q, jnp.array([[0, 1, 2]]), jnp.array([4])))(p)
     a = fj.gru(draw("gru", np.random.default_rng(8)), jnp.array([[0, 1, 2]]), reverse=np.True_)
     b = fj.gru(draw("gru", np.random.default_rng(8)), jnp.array([[0, 1, 2]]), reverse=True)
     assert_close(a, b, 0)

@@ -302,10 +302,12 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
                              f"of x); got {lengths.shape} {lengths.dtype}")
     outputs = (h, final) + ((final,) if cell == "lstm" else ())
     opts = Options(cell, activation, reverse, truncate, stride, names, ids, outputs)
-    if not any(isinstance(v, jax.core.Tracer) for v in (x, lengths, *leaves)):
-        prepare_layer(np.asarray(x), _host_params(opts, leaves), cell=cell,   # the values
-                      activation=activation, lengths=_host(lengths), reverse=reverse,
-                      check_finite=False)
+    if not any(isinstance(v, jax.core.Tracer) for v in (x, lengths)):
+        # the values of ids and lengths, wherever they are concrete: also under jax.grad
+        # or vmap of the params outside jit; the params' values are not read
+        shapes = Layer(**{k: np.empty(v.shape, v.dtype) for k, v in zip(names, leaves)})
+        prepare_layer(np.asarray(x), shapes, cell=cell, activation=activation,
+                      lengths=_host(lengths), reverse=reverse, check_finite=False)
     return opts, leaves, x, h0, c0, lengths
 
 
