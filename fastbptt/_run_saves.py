@@ -13,7 +13,12 @@ __all__ = ["save_checkpoint", "Diverged", "NothingToSave", "Schedule", "failure"
 class Diverged(ArithmeticError):
     """A step's loss or gradient norm was not finite (``applied=False``: the step was
     skipped and the trainer holds the state before it), or its update made the weights
-    overflow (``applied=True``: the weights are lost)."""
+    overflow (``applied=True``: the weights are lost).
+
+    Neither state is saved. A run resumed from the state before a step whose value was not
+    finite computes the same loss and gradient again (resuming is exact), whatever its
+    learning rate or clipping, so only an earlier checkpoint, or a new run, takes another
+    path; an update that overflowed can be retried with a lower rate from the last one."""
 
     def __init__(self, step, what, value, applied=False):
         super().__init__(f"step {step}'s {what} is {value}")
@@ -70,11 +75,8 @@ def failure(error, trainer, path, extra, guard):
         return CommandError(f"{error}; nothing was saved over {path}" + (
             f", which holds step {saved.step}: {_resume_hint(path)} continues from it"
             if saved is not None else ""))
-    if isinstance(error, Diverged) and error.applied:
-        return CommandError(
-            f"the run diverged: the update of step {error.step} made the weights overflow "
-            f"(the learning rate {lr:g} is far too large), so they are lost and nothing was "
-            f"saved over {path}; start again with a lower --lr")
+    if isinstance(error, Diverged):
+        return _diverged(error, trainer, path, lr)
     if not trainer.consistent:
         return CommandError(f"{describe(error)} during the update of step {trainer.step + 1},"
                             f" which left the weights half-updated; nothing was saved over "
@@ -86,12 +88,29 @@ def failure(error, trainer, path, extra, guard):
     except BlockLost as lost:
         return CommandError(f"{describe(error)} after step {trainer.step}, and {lost} before "
                             f"its cursors' states were saved; nothing was saved over {path}")
-    if isinstance(error, Diverged):
-        return CommandError(
-            f"the run diverged: {error}, so that step was not applied; the state before it "
-            f"is saved in {path}. Try a lower learning rate or gradient clipping: resume "
-            f"with them, e.g. {_resume_hint(path, f' --lr {lr / 10:.2g} --clip-norm 1')}, "
-            "or start a new run with them")
     return CommandError(f"{describe(error)} after step {trainer.step}; the state after "
                         f"that step is saved in {path}, and {_resume_hint(path)} continues "
                         "from it")
+
+
+def _diverged(error, trainer, path, lr):
+    """The line for `Diverged`: nothing is saved (its docstring says why), and the last
+    checkpoint is the way back when it lies before the step that failed."""
+    if error.applied:
+        what = (f"the update of step {error.step} made the weights overflow (the learning "
+                f"rate {lr:g} is far too large), so they are lost")
+    else:
+        what = (f"{error}, so that step was not applied; the state before it would give the "
+                f"same {error.what} again whatever the learning rate, so it is not saved")
+    change = f" --lr {lr / 10:.2g} --clip-norm 1"
+    saved = trainer.last_saved
+    # an update that overflowed can be retried from the state just before it, with a
+    # lower rate; a value that was not finite comes back unless the run goes further back
+    if saved is not None and (error.applied or saved.step < error.step - 1):
+        return CommandError(
+            f"the run diverged: {what}; {path} keeps step {saved.step}: resume from it with a "
+            f"lower learning rate or gradient clipping, e.g. {_resume_hint(path, change)}, or "
+            f"start a new run with them")
+    kept = "" if saved is None else f" ({path} keeps step {saved.step}, just before it)"
+    return CommandError(f"the run diverged: {what}{kept}; start a new run with a lower "
+                        f"learning rate or gradient clipping, e.g.{change}")

@@ -212,8 +212,9 @@ def _add_train(commands):
                     "h0. Without TEXT_FILE it trains on the standard library's .py files and "
                     "holds out the last 10% for validation. Ctrl-C, SIGTERM or SIGHUP saves "
                     "a checkpoint and exits with code 130, 143 or 129; so does a run that "
-                    "diverges or fails, with code 1, keeping the state before the failing "
-                    "step; --resume continues from it. Run it as `env -u "
+                    "fails, with code 1, keeping the state before the failing step; a run "
+                    "that diverges keeps its last checkpoint. --resume continues from a "
+                    "checkpoint. Run it as `env -u "
                     "OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE fastbptt train` where those "
                     "variables are set.")
     t.add_argument("files", nargs="*", metavar="TEXT_FILE", help="UTF-8 text to train on")

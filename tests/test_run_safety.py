@@ -1,5 +1,6 @@
-"""A training run never loses its work: a diverging step, an error inside the loop or a
-closed output saves the last good state and ends with one line and status 1; a corpus is
+"""A training run never loses its work: an error inside the loop or a closed output saves
+the last good state and ends with one line and status 1, a diverging step keeps the last
+checkpoint and says where to go back; a corpus is
 recognised by its content; a resumed run may lower its learning rate or add clipping."""
 import os
 import shutil
@@ -41,11 +42,14 @@ def same_run(a, b):
     np.testing.assert_array_equal(a.history["loss"], b.history["loss"])
 
 
+@pytest.mark.parametrize("every", [None, "2", "3"])
 @pytest.mark.parametrize("what", ["gradient", "loss"])
-def test_divergence_saves_the_state_before_the_failing_step(corpus, tmp_path, capsys,
-                                                            monkeypatch, what):
-    """Step 4's gradients (or loss) turn NaN: the checkpoint is the state after step 3,
-    bit for bit that of a run stopped there."""
+def test_divergence_keeps_the_last_checkpoint_and_says_where_to_go_back(
+        corpus, tmp_path, capsys, monkeypatch, what, every):
+    """Step 4's gradients (or loss) turn NaN. The state before it would give the same NaN
+    again, resumed with any learning rate, so it is not saved: the last checkpoint stays,
+    bit for bit that of a run stopped at its step, and the line says to resume from it (step
+    2) or to start a new run (none yet, or step 3, just before the failing step)."""
     import fastbptt._cursors as cursors
 
     real_bptt, calls = cursors.bptt, []
@@ -59,38 +63,46 @@ def test_divergence_saves_the_state_before_the_failing_step(corpus, tmp_path, ca
             else:
                 out.grads.W[0, 0] = np.nan
         return out
+    periodic = () if every is None else ("--checkpoint-every", every)
     straight = tmp_path / "straight.npz"
-    assert main(train(corpus, straight, "--steps", "3", "--lr-horizon", "10")) == 0
+    if every is not None:
+        assert main(train(corpus, straight, "--steps", every, "--lr-horizon", "10")) == 0
     capsys.readouterr()
     monkeypatch.setattr(cursors, "bptt", nan_at_step_4)
     diverged = tmp_path / "diverged.npz"
-    assert main(train(corpus, diverged, "--steps", "10", "--lr-horizon", "10")) == 1
+    assert main(train(corpus, diverged, "--steps", "10", "--lr-horizon", "10", *periodic)) == 1
     line = stderr_line(capsys)
     norm = "gradient norm" if what == "gradient" else "loss"
     assert line.startswith(f"fastbptt train: the run diverged: step 4's {norm} is nan, so "
-                           f"that step was not applied; the state before it is saved in "
-                           f"{diverged}"), line
-    assert "lower learning rate or gradient clipping" in line and "--clip-norm 1" in line
-    assert "check_finite" not in line
+                           f"that step was not applied; the state before it would give the "
+                           f"same {norm} again whatever the learning rate, so it is not saved"
+                           ), line
+    assert "check_finite" not in line and "--lr 0.0003 --clip-norm 1" in line
+    if every is None:
+        assert line.endswith("so it is not saved; start a new run with a lower learning rate "
+                             "or gradient clipping, e.g. --lr 0.0003 --clip-norm 1"), line
+        assert not diverged.exists()
+        return
+    if every == "2":
+        assert f"; {diverged} keeps step 2: resume from it with a lower learning rate" in line
+    else:
+        assert f" ({diverged} keeps step 3, just before it); start a new run" in line
     same_run(checkpoint.load(diverged), checkpoint.load(straight))
 
 
-def test_a_diverging_process_exits_1_with_one_line_and_resumes_with_a_lower_lr(corpus):
+def test_a_diverging_process_exits_1_with_one_line_and_a_lower_lr_trains(corpus):
     folder = corpus.parent
-    args = ["train", corpus.name, *SMALL, "--sample-every", "0", "--optimizer", "sgd",
-            "--lr", "1e6", "--activation", "identity", "--clip-value", "0", "--steps", "50",
-            "--checkpoint", "div.npz"]
-    outcome = finish(start(args, folder))
+    common = ["train", corpus.name, *SMALL, "--sample-every", "0", "--optimizer", "sgd",
+              "--activation", "identity", "--steps", "50", "--checkpoint", "div.npz"]
+    outcome = finish(start([*common, "--lr", "1e6", "--clip-value", "0"], folder))
     assert outcome.status == 1, outcome
     line = outcome.one_line("fastbptt train: the run diverged: step ")
-    step = int(line.split("step ")[1].split("'")[0])
-    assert checkpoint.load(folder / "div.npz").step == step - 1
-    again = finish(start(["train", *SMALL, "--sample-every", "0", "--checkpoint", "div.npz",
-                          "--resume", "--lr", "1e-4", "--clip-norm", "1",
-                          "--steps", str(step + 1)], folder))
-    assert "--lr changed from 1e+06 to 0.0001; --clip-norm changed from off to 1" in again.out
-    saved = checkpoint.load(folder / "div.npz")
-    assert saved.options["lr"] == 1e-4 and saved.options["clip_norm"] == 1.0
+    advice = " start a new run with a lower learning rate or gradient clipping, e.g. --lr "
+    assert advice in line, line
+    assert not (folder / "div.npz").exists()
+    again = finish(start([*common, "--lr", "1e-4", "--clip-norm", "1"], folder))
+    assert again.status == 0, again
+    assert checkpoint.load(folder / "div.npz").step == 50
 
 
 def test_an_update_that_overflows_the_weights_saves_nothing_over_the_last_checkpoint(
@@ -112,7 +124,8 @@ def test_an_update_that_overflows_the_weights_saves_nothing_over_the_last_checkp
     assert main(train(corpus, ckpt, "--steps", "4", "--resume", "--lr", "3e38")) == 1
     line = stderr_line(capsys)
     assert "the update of step 3 made the weights overflow" in line
-    assert f"nothing was saved over {ckpt}" in line
+    assert f"so they are lost; {ckpt} keeps step 2: resume from it with a lower learning " \
+           "rate" in line
     assert ckpt.read_bytes() == before
 
 
