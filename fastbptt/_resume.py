@@ -140,6 +140,8 @@ def _states(params, options, hidden, cell_state):
         if value is not None and value.shape != want:
             raise ValueError(f"the {name} is {value.shape}, not {want} for {B} cursors of "
                              f"{describe_model(options)}")
+        if value is not None and not np.isfinite(value).all():
+            raise ValueError(f"the {name} holds NaN or inf")
 
 
 def check_model(params, codec, options, hidden=None, optimizer_state=None, cell_state=None):

@@ -231,8 +231,10 @@ def _trainer(args, options, train_ids, codec, resume, workers):
     except (ValueError, TypeError, KeyError, IndexError) as error:
         if resume is None:
             raise
+        what = f"it has no entry {error.args[0]!r}" if isinstance(error, KeyError) else \
+            describe(error)
         raise ckpt_io.CheckpointError(f"{args.checkpoint} is not a usable fastbptt "
-                                      f"checkpoint: {describe(error)}") from None
+                                      f"checkpoint: {what}") from None
 
 
 def _placed(trainer):

@@ -18,6 +18,41 @@ from .params import is_leaf_name, leaves
 __all__ = ["SGD", "Adagrad", "Adam", "OPTIMIZERS", "make_optimizer"]
 
 
+def _fraction(label, value):
+    """A number in [0, 1) (a momentum or a decay rate), as float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"{label} must be a number; got {type(value).__name__}")
+    if not 0 <= value < 1:
+        raise ValueError(f"{label} must lie in [0, 1); got {value}")
+    return float(value)
+
+
+def _epsilon(value):
+    """eps: a finite number above 0, as float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"eps must be a number; got {type(value).__name__}")
+    if not (value > 0 and np.isfinite(value)):
+        raise ValueError(f"eps must be positive and finite; got {value}")
+    return float(value)
+
+
+_SQUARES = ("sum_sq", "v")       # buffers that sum squares: never negative
+
+
+def _buffer_value(key, value):
+    """A copy of a loaded buffer, or ValueError unless it holds finite floats (>= 0 for
+    sums of squares)."""
+    value = np.array(value)
+    if value.dtype not in (np.float32, np.float64):
+        raise ValueError(f"the optimizer's {key} holds {value.dtype}, not float32 or float64")
+    if not np.isfinite(value).all():
+        raise ValueError(f"the optimizer's {key} holds NaN or inf")
+    if key.split(".", 1)[0] in _SQUARES and (value < 0).any():
+        raise ValueError(f"the optimizer's {key} holds a negative value, which a sum of "
+                         "squares cannot")
+    return value
+
+
 def _pairs(params, grads):
     """(name, param array, grad array) for each parameter present in params."""
     p, g = leaves(params), leaves(grads)
@@ -77,21 +112,49 @@ class Optimizer:
         return out
 
     def load_state_dict(self, state):
-        """Restore what `state_dict` returned (arrays are copied)."""
+        """Restore what `state_dict` returned (arrays are copied). ValueError, with nothing
+        changed, for a state this optimizer could not have written: another kind, an
+        option out of its range, a step count that is not a whole number >= 0, a buffer
+        that is not finite floats (or negative where it sums squares)."""
         kind = str(state["kind"])
         if kind != self.kind:
             raise ValueError(f"state is for optimizer {kind!r}, not {self.kind!r}")
-        self.lr = float(state["lr"])
-        self.t = int(state["t"])
-        for key in self._options():
-            setattr(self, key, type(getattr(self, key))(state[key]))
-        self.state = {}
+        missing = [key for key in ("lr", "t", *self._options()) if key not in state]
+        if missing:
+            raise ValueError(f"the {kind} state has no {', '.join(map(repr, missing))}")
+        try:                                   # the constructor's checks of every option
+            fresh = type(self)(lr=state["lr"], **{k: state[k] for k in self._options()})
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"the {kind} state's {error}") from None
+        t = state["t"]
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, float, np.number)) \
+                or not float(t).is_integer() or t < 0:
+            raise ValueError(f"the {kind} state's step count t must be a whole number >= 0; "
+                             f"got {t!r}")
+        buffers = {}
         for key, value in state.items():
             if "." in key:
                 buffer, name = key.split(".", 1)
                 if buffer not in self._buffers or not is_leaf_name(name):
                     raise ValueError(f"unknown optimizer state entry {key!r}")
-                self.state.setdefault(name, {})[buffer] = np.array(value)
+                buffers.setdefault(name, {})[buffer] = _buffer_value(key, value)
+        self.lr, self.t, self.state = fresh.lr, int(t), buffers
+        for key in self._options():
+            setattr(self, key, getattr(fresh, key))
+
+    def check_complete(self, names):
+        """ValueError unless, after t > 0 steps, each parameter in ``names`` has every
+        buffer the updates keep (a state that lost some would restart them at zero)."""
+        if not self.t:
+            return
+        for name in names:
+            for key in self._kept():
+                if key not in self.state.get(name, {}):
+                    raise ValueError(f"the optimizer's {key}.{name} is missing, which "
+                                     f"{self.t} steps of {self.kind} have made")
+
+    def _kept(self):
+        return self._buffers
 
     def __repr__(self):
         options = ", ".join(f"{k}={v!r}" for k, v in self._options().items())
@@ -106,12 +169,13 @@ class SGD(Optimizer):
 
     def __init__(self, lr=0.1, momentum=0.0):
         super().__init__(lr)
-        if not 0 <= momentum < 1:
-            raise ValueError(f"momentum must lie in [0, 1); got {momentum}")
-        self.momentum = float(momentum)
+        self.momentum = _fraction("momentum", momentum)
 
     def _options(self):
         return {"momentum": self.momentum}
+
+    def _kept(self):
+        return self._buffers if self.momentum else ()
 
     def _update(self, name, p, g):
         if self.momentum:
@@ -130,7 +194,7 @@ class Adagrad(Optimizer):
 
     def __init__(self, lr=0.1, eps=1e-8):
         super().__init__(lr)
-        self.eps = float(eps)
+        self.eps = _epsilon(eps)
 
     def _options(self):
         return {"eps": self.eps}
@@ -156,10 +220,8 @@ class Adam(Optimizer):
 
     def __init__(self, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8):
         super().__init__(lr)
-        for label, beta in (("beta1", beta1), ("beta2", beta2)):
-            if not 0 <= beta < 1:
-                raise ValueError(f"{label} must lie in [0, 1); got {beta}")
-        self.beta1, self.beta2, self.eps = float(beta1), float(beta2), float(eps)
+        self.beta1, self.beta2 = _fraction("beta1", beta1), _fraction("beta2", beta2)
+        self.eps = _epsilon(eps)
 
     def _options(self):
         return {"beta1": self.beta1, "beta2": self.beta2, "eps": self.eps}

@@ -85,6 +85,7 @@ class Trainer:
                       for a in (resume.hidden, resume.cell_state)]
             _resume.check_model(self.params, self.codec, options, states[0],
                                 self.optimizer.state, states[1])
+            self.optimizer.check_complete(leaves(self.params))
             carried = Carried(resume.batcher, h if states[0] is None else states[0],
                               c if states[0] is None else states[1])
             self.step = resume.step

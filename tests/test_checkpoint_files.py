@@ -215,3 +215,53 @@ def test_a_fifo_at_the_path_is_refused_and_kept(trainer, tmp_path):
         trainer.save(path)
     assert stat.S_ISFIFO(os.stat(path).st_mode)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]      # no file left over
+
+
+def _optimizer(**changes):
+    def change(ck):
+        state = dict(ck.optimizer, **changes)
+        return dataclasses.replace(ck, optimizer={k: v for k, v in state.items()
+                                                  if v is not None})
+    return change
+
+
+def _nan_hidden(ck):
+    hidden = ck.hidden.copy()
+    hidden[0, 0] = np.nan
+    return dataclasses.replace(ck, hidden=hidden)
+
+
+def _buffer(key, value):
+    return lambda ck: _optimizer(**{key: value(ck.optimizer[key])})(ck)
+
+
+UNFIT = [
+    ("NaN carried state", _nan_hidden, "the carried state holds NaN or inf"),
+    ("NaN buffer", _buffer("v.W", lambda v: np.full_like(v, np.nan)),
+     "the optimizer's v.W holds NaN or inf"),
+    ("negative v", _buffer("v.W", lambda v: -np.ones_like(v)),
+     "the optimizer's v.W holds a negative value, which a sum of squares cannot"),
+    ("integer buffer", _buffer("m.W", lambda v: v.astype(np.int32)),
+     "the optimizer's m.W holds int32, not float32 or float64"),
+    ("missing buffer", _optimizer(**{"m.V": None}),
+     "the optimizer's m.V is missing, which 3 steps of adam have made"),
+    ("NaN eps", _optimizer(eps=float("nan")),
+     "the adam state's eps must be positive and finite; got nan"),
+    ("beta2 of 1", _optimizer(beta2=1.0), "the adam state's beta2 must lie in [0, 1); got 1.0"),
+    ("beta1 a string", _optimizer(beta1="x"), "the adam state's beta1 must be a number; got str"),
+    ("negative t", _optimizer(t=-5),
+     "the adam state's step count t must be a whole number >= 0; got -5"),
+    ("no t", _optimizer(t=None), "the adam state has no 't'"),
+]
+
+
+@pytest.mark.parametrize("change,phrase", [pytest.param(c, p, id=i) for i, c, p in UNFIT])
+def test_a_resume_refuses_state_the_run_could_not_have_written(saved, change, phrase):
+    """Values a run cannot have saved, which would otherwise pass into the run: a carried
+    state that is not finite, optimizer state out of its ranges or incomplete."""
+    ck = change(checkpoint.load(saved))
+    codec = ck.codec
+    options = TrainOptions(hidden=6, seq_length=5, batch=2, cell="elman", layers=1)
+    with pytest.raises((ValueError, TypeError)) as info:
+        Trainer(options, codec.encode(TEXT), codec, resume=ck)
+    assert phrase in str(info.value), info.value
