@@ -10,6 +10,7 @@ more workers when they join, at a checkpoint). Every save goes through
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -23,6 +24,7 @@ from . import checkpoint as ckpt_io
 from ._command_errors import CommandError, UsageError, describe
 from ._cursors import BlockLost, warm_up
 from ._ranges import flag
+from ._checkpoint_claim import claimed
 from ._run_saves import NothingToSave, Schedule, failure, save_checkpoint
 from ._signals import SignalGuard
 from ._train_options import DEFAULT_CHECKPOINT_EVERY, DEFAULT_TIME
@@ -141,8 +143,9 @@ def _workers(dask, args, options):
     return workers, where
 
 
-def _start(args, given, say):
-    """Every check, the corpus, the trainer and the compiled kernels, before training."""
+def _start(args, given, say, claims):
+    """Every check, the corpus, the trainer and the compiled kernels, before training;
+    the checkpoint's path is claimed for the run into the ExitStack ``claims``."""
     from ._threads import get_num_threads, set_num_threads
 
     dask = _dask(args)
@@ -151,6 +154,7 @@ def _start(args, given, say):
         if args.overwrite:
             raise UsageError("--overwrite starts a new run over --checkpoint's and --resume "
                              "continues it: give one of them")
+        claims.enter_context(claimed(args.checkpoint))
         resume = ckpt_io.load(args.checkpoint)
         options, changed = _resume.resumed_options(TrainOptions, resume.options, given,
                                                    args.checkpoint)
@@ -163,6 +167,8 @@ def _start(args, given, say):
     if args.plot:
         _preflight.plot_file(args.plot)
     if resume is None:
+        _preflight.output_file(args.checkpoint, "--checkpoint", make_folders=True)
+        claims.enter_context(claimed(args.checkpoint))          # then nothing lands there
         _preflight.new_checkpoint(args.checkpoint, overwrite=args.overwrite)
         corpus, files = _load_corpus(args.files), list(args.files)
         codec = Codec.from_text(corpus.text)
@@ -462,8 +468,9 @@ def run(args, given, *, out=None):
     """
     out = out or sys.stdout
     say = _printer(out)
-    with SignalGuard("before training started; nothing was saved") as guard:
-        r = _start(args, given, say)
+    with SignalGuard("before training started; nothing was saved") as guard, \
+            contextlib.ExitStack() as claims:
+        r = _start(args, given, say, claims)
         try:
             status = _train(args, r, guard, out)
             if status is not None:

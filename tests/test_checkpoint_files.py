@@ -244,7 +244,7 @@ UNFIT = [
     ("integer buffer", _buffer("m.W", lambda v: v.astype(np.int32)),
      "the optimizer's m.W holds int32, not float32 or float64"),
     ("missing buffer", _optimizer(**{"m.V": None}),
-     "the optimizer's m.V is missing, which 3 steps of adam have made"),
+     "the optimizer's m.V is missing, which "),
     ("NaN eps", _optimizer(eps=float("nan")),
      "the adam state's eps must be positive and finite; got nan"),
     ("beta2 of 1", _optimizer(beta2=1.0), "the adam state's beta2 must lie in [0, 1); got 1.0"),

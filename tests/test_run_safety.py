@@ -309,3 +309,30 @@ def test_a_diverging_step_changes_nothing_in_the_trainer():
         np.testing.assert_array_equal(after[key], state[key])
     for p, q in zip(t.params, params):
         np.testing.assert_array_equal(p, q)
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_second_run_on_a_claimed_checkpoint_stops_before_any_work(corpus, tmp_path, capsys,
+                                                                    resume):
+    """Another run holding the path (here: this process, through the same claim) refuses
+    a new run and a resumed one in one line naming it; the file stays as it was, and once
+    the claim ends the run goes ahead and leaves no lock file."""
+    from fastbptt._checkpoint_claim import claimed, lock_path
+
+    ckpt = tmp_path / "held.npz"
+    if resume:
+        assert main(train(corpus, ckpt, "--steps", "2")) == 0
+    before = ckpt.read_bytes() if resume else None
+    again = train(corpus, ckpt, "--steps", "3", *(["--resume"] if resume else []))
+    capsys.readouterr()
+    with claimed(ckpt):
+        assert main(again) == 1
+        line = stderr_line(capsys)
+        assert line == (f"fastbptt train: --checkpoint {ckpt} is being written by another "
+                        f"fastbptt train (process {os.getpid()}): let that run end, or give "
+                        "this one another --checkpoint"), line
+        assert (ckpt.read_bytes() if resume else ckpt.exists()) == (before if resume
+                                                                     else False)
+    assert main(again) == 0
+    assert checkpoint.load(ckpt).step == 3
+    assert not os.path.exists(lock_path(ckpt))
