@@ -59,14 +59,25 @@ def default_corpus(max_chars=DEFAULT_MAX_CHARS):
 
 
 def read_files(paths):
-    """The files' text (UTF-8, undecodable bytes replaced), concatenated in the given order."""
-    parts = []
+    """The files' text (UTF-8, undecodable bytes replaced), concatenated in the given order.
+
+    The description says how many byte sequences were not UTF-8 (each read as U+FFFD), and
+    in which files, so that a binary file or another encoding does not pass unnoticed."""
+    parts, replaced = [], []
     for path in paths:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            parts.append(f.read())
+        with open(path, "rb") as f:
+            data = f.read()
+        text = data.decode("utf-8", errors="replace")
+        bad = text.count("\ufffd") - data.count("\ufffd".encode())   # U+FFFD of its own
+        if bad:
+            replaced.append(f"{bad:,} undecodable byte sequence{'s' if bad > 1 else ''} in "
+                            f"{os.path.basename(path)}")
+        parts.append(text)
     text = "".join(parts)
     if len(text) < 3:
         raise ValueError(f"the text files hold {len(text)} characters; need at least 3")
     names = ", ".join(os.path.basename(p) for p in paths)
-    return Corpus(text, f"{names}: {len(text):,} characters",
+    note = (f" (not UTF-8: {', '.join(replaced)}, each read as U+FFFD; convert other "
+            "encodings to UTF-8, e.g. with iconv)") if replaced else ""
+    return Corpus(text, f"{names}: {len(text):,} characters{note}",
                   tuple(os.path.abspath(p) for p in paths))
