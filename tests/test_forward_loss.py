@@ -172,3 +172,24 @@ def test_results_do_not_share_memory_with_later_calls(H, B):
     fastbptt.bptt(x2, y, params, h0=np.ones((B, H)))
     for old, now in zip(kept, (*first_fwd, first.h_final, first.dh0, *first.grads)):
         assert np.array_equal(old, now)
+
+
+@pytest.mark.parametrize("weight", [0.3, 0.7, 1.0])
+@pytest.mark.parametrize("logit", [1e12 / 3, 1e7 / 3, 3.0])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cross_entropy_of_large_logits_does_not_cancel(weight, logit, dtype):
+    """The target is the largest logit, by ~1e6 and more: the loss is 0 to the last bit for
+    one class, and log(1 + e^-(o1 - o2)) for two, never below 0 (w log z - w o lost the
+    rounding of w o, as much as 1e-5 here)."""
+    U, W = np.ones((1, 1), dtype), np.zeros((1, 1), dtype)
+    x = np.full((1, 1, 1), logit, dtype)                      # identity: h = o = logit
+    one = fastbptt.Params(U, W, np.ones((1, 1), dtype))
+    assert fastbptt.bptt(x, np.full((1, 1, 1), weight), one, activation="identity").loss == 0
+    two = fastbptt.Params(U, W, np.array([[1.0], [0.0]], dtype))
+    y = np.array([[[weight, 0.0]]])
+    loss = fastbptt.bptt(x, y, two, activation="identity").loss
+    want = weight * np.log1p(np.exp(-float(dtype(logit))))
+    rtol = 1e-12 if dtype is np.float64 else 1e-6             # float32's exp and log
+    assert loss >= 0 and abs(loss - want) <= 1e-15 + rtol * want, (loss, want)
+    ids = fastbptt.bptt(x, np.zeros((1, 1), np.int64), two, activation="identity").loss
+    assert ids >= 0 and abs(ids - want / weight) <= 1e-15 + rtol * want / weight

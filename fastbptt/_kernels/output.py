@@ -98,20 +98,22 @@ def softmax_ce_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, co
         for j in range(n):
             if row[j] > top[j]:
                 top[j] = row[j]
+    # the loss from logits shifted by their largest, o - top <= 0: L = w log s - sum y (o -
+    # top), never below 0, where w log z - sum y o cancels two terms the logits' size
     if y_ids is not None:
         for j in range(n):
             if valid[j] > 0:
-                picked[j] = err[y_ids[j], j]
+                picked[j] = err[y_ids[j], j] - top[j]
     if y_dense is not None:
         for i in range(C):
             row, y = err[i], y_dense[i]
             for j in range(n):
-                picked[j] += 1.0 * y[j] * row[j]       # in float64, as the loss
+                picked[j] += 1.0 * y[j] * (row[j] - top[j])   # in float64, as the loss
                 total_w[j] += y[j]
     for i in range(C):
         _exp_shifted_sum(err[i], top, s)
     for j in range(n):
-        log_z[j] = top[j] + np.log(s[j])
+        log_z[j] = np.log(s[j])              # log-sum-exp - top
     total = 0.0
     if y_ids is not None:
         for j in range(n):
