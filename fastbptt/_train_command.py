@@ -21,10 +21,10 @@ import numpy as np
 
 from . import _preflight, _resume
 from . import checkpoint as ckpt_io
+from ._checkpoint_claim import claimed
 from ._command_errors import CommandError, UsageError, describe
 from ._cursors import BlockLost, warm_up
 from ._ranges import flag
-from ._checkpoint_claim import claimed
 from ._run_saves import NothingToSave, Schedule, failure, save_checkpoint
 from ._signals import SignalGuard
 from ._train_options import DEFAULT_CHECKPOINT_EVERY, DEFAULT_TIME

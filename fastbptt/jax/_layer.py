@@ -211,7 +211,8 @@ def _entry(name, value):
 
 
 def _check_params(cell, params):
-    """(leaves, names, dtype, (L, H)) of one layer's params, from shapes and dtypes alone.
+    """(leaves, names, dtype, (L, H), empty) of one layer's params, from shapes and dtypes
+    alone; empty is the `Layer` of empty host arrays it checked.
 
     The structure, each entry's shape and the biases the cell takes are checked by the
     NumPy API's own `check_layers`, run on empty host arrays of the same shapes and dtype,
@@ -241,7 +242,7 @@ def _check_params(cell, params):
     checked = check_layers(empty, cell=cell, check_finite=False)
     leaves = jax.tree_util.tree_leaves(params)
     return tuple(map(_array, leaves)), _names(model.layers[0][0], leaves), checked.dtype, \
-        checked.sizes[:2]
+        checked.sizes[:2], empty
 
 
 def _names(entries, leaves):
@@ -280,7 +281,7 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
         raise TypeError(f"reverse must be True or False; got {reverse!r}")
     reverse = bool(reverse)
     check_truncation(truncate, stride, reverse=reverse)
-    leaves, names, dtype, (L, H) = _check_params(cell, params)
+    leaves, names, dtype, (L, H), empty = _check_params(cell, params)
     if x is None:
         raise TypeError("x must be token ids or dense floats; got None")
     x = jnp.asarray(x)
@@ -305,8 +306,7 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     if not any(isinstance(v, jax.core.Tracer) for v in (x, lengths)):
         # the values of ids and lengths, wherever they are concrete: also under jax.grad
         # or vmap of the params outside jit; the params' values are not read
-        shapes = Layer(**{k: np.empty(v.shape, v.dtype) for k, v in zip(names, leaves)})
-        prepare_layer(np.asarray(x), shapes, cell=cell, activation=activation,
+        prepare_layer(np.asarray(x), empty, cell=cell, activation=activation,
                       lengths=_host(lengths), reverse=reverse, check_finite=False)
     return opts, leaves, x, h0, c0, lengths
 
