@@ -47,17 +47,38 @@ class Outcome:
 
 
 def run_all(commands, cwd, timeout=300):
-    """Run every argument list at once (they are independent); their `Outcome`s in order."""
-    procs = [start(args, cwd) for args in commands]
-    outcomes = []
-    for args, proc in zip(commands, procs):
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        outcomes.append(Outcome(args, proc.returncode, out, err))
+    """Run the argument lists at once, except that ``train`` commands on the same
+    checkpoint run one after another (a run claims its checkpoint, and a second one at
+    the same time would stop on that claim); their `Outcome`s in order."""
+    waves, seen = {}, {}
+    for i, args in enumerate(commands):
+        key = _checkpoint(args)
+        wave = seen.get(key, 0) if key is not None else 0
+        if key is not None:
+            seen[key] = wave + 1
+        waves.setdefault(wave, []).append(i)
+    outcomes = [None] * len(commands)
+    for wave in sorted(waves):
+        procs = [(i, start(commands[i], cwd)) for i in waves[wave]]
+        for i, proc in procs:
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            outcomes[i] = Outcome(commands[i], proc.returncode, out, err)
     return outcomes
+
+
+def _checkpoint(args):
+    """The checkpoint a ``train`` command claims (its --checkpoint or the default), or
+    None for other commands."""
+    if not args or args[0] != "train":
+        return None
+    args = list(args)
+    if "--checkpoint" in args[:-1]:
+        return args[args.index("--checkpoint") + 1]
+    return "fastbptt-char.npz"
 
 
 def read_until(proc, marker, timeout=120):
