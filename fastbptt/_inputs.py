@@ -81,7 +81,7 @@ class Problem:
 HEAD_OPTIONS = frozenset({"truncate", "stride", "activation", "loss", "h0", "lengths",
                           "check_finite", "cell", "c0"})
 LAYER_OPTIONS = frozenset({"cell", "activation", "h0", "c0", "lengths", "reverse", "truncate",
-                           "stride", "check_finite"})
+                           "stride", "check_finite", "time_major"})
 
 
 def known_options(caller, options, known):
@@ -257,17 +257,19 @@ def _check_ids(name, arr, low, high, mask, what, shape=None):
                          f"index {theirs} (values from {real.min()} to {real.max()})")
 
 
-def _x(x, U, U_name="params U"):
+def _x(x, U, U_name="params U", time_major=False):
     arr = _array("x", x, "integer token ids or float inputs")
+    batch = "(T, B" if time_major else "(B, T"
     if arr.dtype.kind in "iu":
         if arr.ndim not in (1, 2):
-            hint = ("; dense inputs (B, T, L) must be floats, e.g. x.astype(np.float32)"
+            hint = (f"; dense inputs {batch}, L) must be floats, e.g. x.astype(np.float32)"
                     if arr.ndim == 3 else "")
-            raise ValueError(f"x as token ids must be (T,) or (B, T); got shape {arr.shape}"
+            raise ValueError(f"x as token ids must be (T,) or {batch}); got shape {arr.shape}"
                              + hint)
         return arr, True, arr.ndim == 1
     if arr.ndim not in (2, 3):
-        raise ValueError(f"x as dense floats must be (T, L) or (B, T, L); got shape {arr.shape}"
+        raise ValueError(f"x as dense floats must be (T, L) or {batch}, L); got shape "
+                         f"{arr.shape}"
                          + ("; pass token ids as an integer array" if arr.ndim == 1 else ""))
     if arr.shape[-1] != U.shape[1]:
         hint = ("; a 2-D float x is one sequence (T, L): pass a batch of token ids as an "
@@ -414,33 +416,39 @@ def _state(name, value, checked, B, single, x_shape, check_finite):
     return np.array(_in_dtype(name, h, dtype, check_finite), order="C").reshape(S, B, H)
 
 
-def _check(checked, x, lengths, check_finite):
-    """x and lengths against the params: (xc, ids, single, B, T, lens, mask, x_shape)."""
+def _check(checked, x, lengths, check_finite, time_major=False):
+    """x and lengths against the params: (xc, ids, single, B, T, lens, mask, x_shape).
+    ``time_major``: a batch of x is (T, B, ...); xc is batch-first all the same, and
+    messages point into the caller's array."""
     L, H, C = checked.sizes
     first = checked.model.layers[0][0]
     U_name = "params layers[0][0] U" if checked.stacked else "params U"
-    xa, ids, single = _x(x, first.U, U_name)
+    xa, ids, single = _x(x, first.U, U_name, time_major)
     x_shape = xa.shape
-    B = 1 if single else xa.shape[0]
-    T = xa.shape[0] if single else xa.shape[1]
+    swap = time_major and not single
+    B = 1 if single else xa.shape[int(swap)]
+    T = xa.shape[0] if single else xa.shape[1 - int(swap)]
     lens = _lengths(lengths, B, T, single, x_shape)
     # None: every step is real. Otherwise padding is overwritten in private copies.
     mask = None if lengths is None else np.arange(T)[None, :] < lens[:, None]
+    theirs = mask if mask is None or not swap else mask.T        # in the caller's layout
     if ids:
-        xa = xa.reshape(B, T)
-        _check_ids("x token ids", xa, 0, L, mask, lambda: f"L={L} from {U_name} {first.U.shape}",
-                   shape=x_shape)
-        xc = (xa if mask is None else np.where(mask, xa, 0)).astype(np.int64, copy=False)
+        xa = xa if swap else xa.reshape(B, T)
+        _check_ids("x token ids", xa, 0, L, theirs,
+                   lambda: f"L={L} from {U_name} {first.U.shape}", shape=x_shape)
+        xc = (xa if theirs is None else np.where(theirs, xa, 0)).astype(np.int64, copy=False)
     else:
-        xa = xa.reshape(B, T, L)
-        _check_finite("x", xa, check_finite, mask, shape=x_shape)
-        xc = _in_dtype("x", xa if mask is None else np.where(mask[..., None], xa, 0),
+        xa = xa if swap else xa.reshape(B, T, L)
+        _check_finite("x", xa, check_finite, theirs, shape=x_shape)
+        xc = _in_dtype("x", xa if theirs is None else np.where(theirs[..., None], xa, 0),
                        checked.dtype, check_finite, shape=x_shape)
+    if swap:
+        xc = xc.swapaxes(0, 1)
     return _for_kernels(xc), ids, single, B, T, lens, mask, x_shape
 
 
 def _problem(checked, x, y, *, truncate, stride, activation, loss, h0, c0, lengths,
-             check_finite, need_y, reverse=False):
+             check_finite, need_y, reverse=False, time_major=False):
     if not isinstance(check_finite, (bool, np.bool_)):
         raise TypeError(f"check_finite must be True or False; got {check_finite!r}")
     act = ACTIVATIONS[activation]
@@ -452,7 +460,8 @@ def _problem(checked, x, y, *, truncate, stride, activation, loss, h0, c0, lengt
         raise ValueError(f"c0 is the LSTM's cell state; the {checked.cell} cell has none "
                          "(pass c0=None)")
     L, H, C = checked.sizes
-    xc, ids, single, B, T, lens, mask, x_shape = _check(checked, x, lengths, check_finite)
+    xc, ids, single, B, T, lens, mask, x_shape = _check(checked, x, lengths, check_finite,
+                                                         time_major)
     if _full_bptt(truncate, stride, T):
         truncate, stride = None, 1
     _stack_truncation(checked, truncate, stride, reverse)
@@ -497,18 +506,22 @@ def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="s
 
 
 def prepare_layer(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=None,
-                  reverse=False, truncate=None, stride=1, check_finite=True) -> Problem:
-    """`prepare` for `fastbptt.layer`: one layer or a stack, no head and no targets."""
+                  reverse=False, truncate=None, stride=1, check_finite=True,
+                  time_major=False) -> Problem:
+    """`prepare` for `fastbptt.layer`: one layer or a stack, no head and no targets;
+    ``time_major``: a batch of x is (T, B, ...) (the `Problem`'s x is batch-first)."""
     _option("activation", activation, ACTIVATIONS)
     truncate, stride = _truncation(truncate, stride)
     if not isinstance(reverse, (bool, np.bool_)):
         raise TypeError(f"reverse must be True or False; got {reverse!r}")
     if not isinstance(check_finite, (bool, np.bool_)):
         raise TypeError(f"check_finite must be True or False; got {check_finite!r}")
+    if not isinstance(time_major, (bool, np.bool_)):
+        raise TypeError(f"time_major must be True or False; got {time_major!r}")
     checked = check_layers(params, cell=cell, check_finite=check_finite)
     if reverse and checked.stacked:
         raise ValueError("reverse=True is for one layer; a stack's directions come from its "
                          "params (layers[l] = (forward, reverse))")
     return _problem(checked, x, None, truncate=truncate, stride=stride, activation=activation,
                     loss=0, h0=h0, c0=c0, lengths=lengths, check_finite=check_finite,
-                    need_y=False, reverse=bool(reverse))
+                    need_y=False, reverse=bool(reverse), time_major=bool(time_major))

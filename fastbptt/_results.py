@@ -49,8 +49,8 @@ class LayerOutput(NamedTuple):
     """What `fastbptt.layer.vjp` and `fastbptt.layer.forward` return as ``out``.
 
     h : ndarray
-        The top layer's states, (B, T, H D) or (T, H D) (D directions side by side,
-        forward first); zeros at padding steps.
+        The top layer's states, (B, T, H D), (T, B, H D) with ``time_major``, or
+        (T, H D) (D directions side by side, forward first); zeros at padding steps.
     h_final : ndarray
         Each sequence's last real state, in h0's layout: (B, H) or (H,) for one layer,
         (S, B, H) or (S, H) for a stack, S = layers x directions.

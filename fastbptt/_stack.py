@@ -337,21 +337,21 @@ class Forward:
         for direction, buf in zip(self.dirs[-1], self.gradient_buffers()):
             steps_from_batch(g, direction.d * H, H, buf, lengths, direction.reverse)
 
-    def backward(self, dh_final=None, dc_final=None, need_dx=False):
+    def backward(self, dh_final=None, dc_final=None, need_dx=False, time_major=False):
         """Every layer's gradients from the top layer's G (`gradient_buffers`).
 
         dh_final (and the LSTM's dc_final), (layers x directions, B, H), optional:
         dL/dh_final (dL/dc_final), injected at each sequence's last real step. Returns
         (layers of gradients, ``layers[l][d]`` a `Layer`; dh0 and dc0 (layers x
         directions, B, H), None when neither h0 nor c0 was given (dc0 None for other
-        cells than the LSTM); dx (B, T, L) or None).
+        cells than the LSTM); dx (B, T, L), or (T, B, L) with ``time_major``, or None).
         """
         if self.parallel:
             with one_blas_thread():
-                return self._backward(dh_final, dc_final, need_dx)
-        return self._backward(dh_final, dc_final, need_dx)
+                return self._backward(dh_final, dc_final, need_dx, time_major)
+        return self._backward(dh_final, dc_final, need_dx, time_major)
 
-    def _backward(self, dh_final, dc_final, need_dx):
+    def _backward(self, dh_final, dc_final, need_dx, time_major):
         p, plan, H = self.problem, self.plan, self.H
         D = len(self.dirs[0])
         tm = plan.back_tm
@@ -386,7 +386,7 @@ class Forward:
                 _combine(self, l, below, dX)
                 buffers = below
             elif dX is not None:
-                dx = _user_dx(self, dX)
+                dx = _user_dx(self, dX, time_major)
         return tuple(map(tuple, grads)), dh0, dc0, dx
 
     def _layer_backward(self, direction, buf, dh0, dc0, dcf, dX):
@@ -547,9 +547,9 @@ def _combine(fw, l, below, dX):
                 permute_steps(part, target, fw.idx, tm, k > 0)
 
 
-def _user_dx(fw, dX):
-    """dL/dx (B, T, L) from layer 0's U^T delta of each direction (in x's layout of
-    `_dense_x`, each in its direction's step order)."""
+def _user_dx(fw, dX, time_major=False):
+    """dL/dx (B, T, L), or (T, B, L) ``time_major``, from layer 0's U^T delta of each
+    direction (in x's layout of `_dense_x`, each in its direction's step order)."""
     p = fw.problem
     dirs = fw.dirs[0]
     L = p.sizes[0]
@@ -561,11 +561,14 @@ def _user_dx(fw, dX):
     for k in range(1, len(dirs)):
         permute_steps(dX[k], total, fw.idx, tm, True)
     if tm:
-        dx = np.ascontiguousarray(total.reshape(p.T, p.B, L).transpose(1, 0, 2))
+        dx = total.reshape(p.T, p.B, L)
+        dx = dx if time_major else np.ascontiguousarray(dx.transpose(1, 0, 2))
     else:
-        dx = np.ascontiguousarray(total.reshape(L, p.T, p.B).transpose(2, 1, 0))
-    # One sequence or one step: the transposed view is contiguous already, and is
-    # scratch memory that the next call overwrites; `back`'s dx is the caller's own.
+        order = (1, 2, 0) if time_major else (2, 1, 0)
+        dx = np.ascontiguousarray(total.reshape(L, p.T, p.B).transpose(order))
+    # Time-major from a time-major pass, one sequence or one step: the view is
+    # contiguous already, and is scratch memory that the next call overwrites; `back`'s
+    # dx is the caller's own.
     return dx.copy() if np.may_share_memory(dx, total) else dx
 
 

@@ -203,7 +203,7 @@ def check_layer_grad(x, params, dh, dh_final=None, dc_final=None, *, eps=None, i
         A ``vjp``-like function to check (default `fastbptt.layer.vjp`; e.g.
         `fastbptt.reference.layer_vjp`).
     **options
-        cell, activation, h0, c0, lengths, reverse, truncate, stride, as for
+        cell, activation, h0, c0, lengths, reverse, truncate, stride, time_major, as for
         `fastbptt.layer.vjp`.
 
     Returns
@@ -219,7 +219,13 @@ def check_layer_grad(x, params, dh, dh_final=None, dc_final=None, *, eps=None, i
     result = (impl or vjp)(x, params, **options)[1](dh, dh_final, dc_final)
     wide = _widen(problem)
     S, B, H = wide.h0.shape
-    G = np.asarray(dh, WIDE).reshape(B, problem.T, H * problem.directions)
+    width = H * problem.directions
+    time_major = bool(options.get("time_major", False)) and not problem.single
+    G = np.asarray(dh, WIDE).reshape(B, problem.T, width) if not time_major else \
+        np.asarray(dh, WIDE).reshape(problem.T, B, width).swapaxes(0, 1)
+    dx = result.dx
+    if time_major and dx is not None:
+        dx = dx.swapaxes(0, 1)                  # in the layout of the problem's x
     finals = [None if v is None else np.asarray(v, WIDE).reshape(S, B, H)
               for v in (dh_final, dc_final)]
 
@@ -235,7 +241,7 @@ def check_layer_grad(x, params, dh, dh_final=None, dc_final=None, *, eps=None, i
                 total += finals[1][s, b] @ state.c
         return total
 
-    states = {"x": (wide.x, None if problem.ids else result.dx),
+    states = {"x": (wide.x, None if problem.ids else dx),
               "h0": (wide.h0, result.dh0 if problem.h0_given else None),
               "c0": (wide.c0, result.dc0 if problem.c0_given else None)}
     frozen = _frozen(wide)

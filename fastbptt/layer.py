@@ -32,23 +32,28 @@ from .params import Layer, Model
 __all__ = ["vjp", "forward", "LayerOutput", "LayerGrads"]
 
 
-def _outputs(problem, fw):
+def _outputs(problem, fw, time_major=False):
     """`LayerOutput` in the caller's layout: h (B, T, H D) zero at padding steps, or
-    (T, H D) for one sequence; h_final (B, H), or (S, B, H) for a stack (S = layers x
-    directions), without the batch axis for one sequence."""
+    (T, B, H D) ``time_major``, or (T, H D) for one sequence; h_final (B, H), or
+    (S, B, H) for a stack (S = layers x directions), without the batch axis for one
+    sequence."""
     B, T = problem.B, problem.T
     H = problem.sizes[1]
     width = H * problem.directions
+    time_major = time_major and not problem.single
     if B and T:
         top = fw.top()
-        if fw.plan.narrow:
+        if fw.plan.narrow and time_major:
+            h = top.reshape(T, B, width).copy()
+        elif fw.plan.narrow:
             h = np.empty((B, T, width), problem.dtype)
             batch_from_steps(top.reshape(T, B, width), h)
         else:
-            h = np.array(top.reshape(width, T, B).transpose(2, 1, 0), order="C")
+            order = (1, 2, 0) if time_major else (2, 1, 0)
+            h = np.array(top.reshape(width, T, B).transpose(order), order="C")
         h_final, c_final = fw.h_final, fw.c_final
     else:
-        h = np.zeros((B, T, width), problem.dtype)
+        h = np.zeros((T, B, width) if time_major else (B, T, width), problem.dtype)
         h_final, c_final = problem.h0.copy(), problem.c0
     c_final = _caller_states(problem, c_final) if problem.cell == "lstm" else None
     if problem.single:
@@ -67,10 +72,11 @@ def _caller_states(problem, array):
 _OF = {"dh": "h", "dh_final": "h_final", "dc_final": "c_final"}
 
 
-def _upstream(name, value, problem, shape, check_finite):
+def _upstream(name, value, problem, shape, check_finite, time_major=False):
     """dh, dh_final or dc_final as an array of the compute dtype and the caller's
-    ``shape``. dh's padding steps (past a sequence's length) are not checked, as x's are
-    not: `_Back.__call__` injects zeros there, whatever they hold."""
+    ``shape`` (dh (T, B, H D) ``time_major``). dh's padding steps (past a sequence's
+    length) are not checked, as x's are not: `_Back.__call__` injects zeros there,
+    whatever they hold."""
     arr = _array(name, value, "floats")
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must hold floats, the gradient of the loss with respect to "
@@ -82,7 +88,9 @@ def _upstream(name, value, problem, shape, check_finite):
     mask = None
     if name == "dh" and arr.size and (problem.lengths < problem.T).any():
         mask = problem.padding_mask()
-        arr = arr.reshape(mask.shape + (-1,))          # (B, T, H D), one sequence or not
+        if time_major and not problem.single:
+            mask = mask.T
+        arr = arr.reshape(mask.shape + (-1,))          # as the mask, one sequence or not
     _check_finite(name, arr, check_finite, mask, shape=shape)
     return _in_dtype(name, arr, problem.dtype, check_finite, shape, mask).reshape(shape)
 
@@ -99,9 +107,9 @@ def _own(problem):
 class _Back:
     """``back(dh, dh_final=None, dc_final=None)`` of one `vjp` call."""
 
-    def __init__(self, problem, fw, out, check_finite):
+    def __init__(self, problem, fw, out, check_finite, time_major):
         self._problem, self._fw, self._out = problem, fw, out
-        self._check_finite = check_finite
+        self._check_finite, self._time_major = check_finite, time_major
 
     def __call__(self, dh, dh_final=None, dc_final=None):
         """The gradients of a loss L from dh = dL/dh (the shape of ``out.h``) and,
@@ -117,7 +125,8 @@ class _Back:
         if dc_final is not None and p.cell != "lstm":
             raise ValueError(f"dc_final is the LSTM's cell-state gradient; the {p.cell} cell "
                              "has no cell state (pass dc_final=None)")
-        dh = _upstream("dh", dh, p, self._out.h.shape, self._check_finite)
+        swap = self._time_major and not p.single
+        dh = _upstream("dh", dh, p, self._out.h.shape, self._check_finite, swap)
         final = cells = None
         if dh_final is not None:
             final = _upstream("dh_final", dh_final, p, self._out.h_final.shape,
@@ -130,16 +139,18 @@ class _Back:
         if not (B and T):
             return self._empty(final, cells)
         width = H * p.directions
-        g = dh.reshape(B, T, width)
+        g = dh.reshape((T, B, width) if swap else (B, T, width))
         fw.convert_states()
         if fw.plan.back_tm:
-            fw.inject_batch_first(g)
+            # a narrow batch (B < 4): its few rows batch-first, as the kernel reads them
+            fw.inject_batch_first(np.ascontiguousarray(g.swapaxes(0, 1)) if swap else g)
         else:
             G = workspace.get("G", (width, T * B), p.dtype)
-            G.reshape(width, T, B)[:] = g.transpose(2, 1, 0)
+            G.reshape(width, T, B)[:] = g.transpose((2, 0, 1) if swap else (2, 1, 0))
             G.reshape(width, T, B)[:, ~p.padding_mask().T] = 0
             fw.inject(G)
-        layers, dh0, dc0, dx = fw.backward(dh_final=final, dc_final=cells, need_dx=not p.ids)
+        layers, dh0, dc0, dx = fw.backward(dh_final=final, dc_final=cells, need_dx=not p.ids,
+                                           time_major=swap)
         return self._grads(layers, dh0, dc0, dx)
 
     def _grads(self, layers, dh0, dc0, dx):
@@ -165,12 +176,13 @@ class _Back:
             dh0 += final
         if cells is not None and dc0 is not None:
             dc0 += cells
-        dx = None if p.ids else np.zeros((p.B, p.T, p.sizes[0]), p.dtype)
+        shape = (p.T, p.B) if self._time_major and not p.single else (p.B, p.T)
+        dx = None if p.ids else np.zeros(shape + (p.sizes[0],), p.dtype)
         return self._grads(layers, dh0, dc0, dx)
 
 
 def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=None,
-        reverse=False, truncate=None, stride=1, check_finite=True):
+        reverse=False, truncate=None, stride=1, check_finite=True, time_major=False):
     """Run a layer (or a stack) forward; return ``(out, back)``.
 
     Parameters
@@ -199,11 +211,16 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
         Windows (stride < truncate) need one layer; no truncation with reverse directions.
     check_finite : bool
         Raise ValueError for NaN or inf in params, x, h0 (and in ``back``'s arguments).
+    time_major : bool
+        A batch is time-major: x (T, B) or (T, B, L), and likewise h, dh and dx, as
+        ``torch.nn.RNN`` without ``batch_first`` and ``lax.scan`` have them; one sequence
+        is the same either way. It saves the caller a transposed copy of h and dh.
 
     Returns
     -------
     out : LayerOutput
-        ``h``: the top layer's states, (B, T, H D) or (T, H D), zero at padding steps;
+        ``h``: the top layer's states, (B, T, H D) (``time_major``: (T, B, H D)) or
+        (T, H D), zero at padding steps;
         ``h_final``: each sequence's last real state, shaped like h0; ``c_final``: the
         LSTM's last cell state, likewise (None for other cells).
     back : callable
@@ -212,17 +229,18 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
     """
     problem = prepare_layer(x, params, cell=cell, activation=activation, h0=h0, c0=c0,
                             lengths=lengths, reverse=reverse, truncate=truncate, stride=stride,
-                            check_finite=check_finite)
+                            check_finite=check_finite, time_major=time_major)
     _own(problem)
     fw = run_forward(problem, store=fresh) if problem.B and problem.T else None
-    out = _outputs(problem, fw)
-    return out, _Back(problem, fw, out, check_finite)
+    out = _outputs(problem, fw, time_major)
+    return out, _Back(problem, fw, out, check_finite, time_major)
 
 
 def forward(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=None,
-            reverse=False, check_finite=True):
+            reverse=False, check_finite=True, time_major=False):
     """`vjp`'s ``out`` alone (nothing is kept for a backward pass)."""
     problem = prepare_layer(x, params, cell=cell, activation=activation, h0=h0, c0=c0,
-                            lengths=lengths, reverse=reverse, check_finite=check_finite)
+                            lengths=lengths, reverse=reverse, check_finite=check_finite,
+                            time_major=time_major)
     fw = run_forward(problem) if problem.B and problem.T else None
-    return _outputs(problem, fw)
+    return _outputs(problem, fw, time_major)

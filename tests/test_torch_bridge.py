@@ -89,6 +89,7 @@ def test_matches_native(cell, layers, bidirectional, batch_first, bias, packed, 
     for kind, a, b in [("output", *pair) for pair in zip(got[0], want[0])] + \
             [("gradient", *pair) for pair in zip(got[1], want[1])]:
         assert a.shape == b.shape and a.dtype == b.dtype, kind
+        assert a.is_contiguous() or not b.is_contiguous(), kind    # contiguous as native
         assert relative(a, b) <= TOLERANCE, (kind, relative(a, b))
 
 

@@ -135,9 +135,15 @@ class Forward:
         return Model(layers), dx, dh0, dc0
 
 
-def _output(problem, fw):
+def _time_major(problem, options):
+    """Whether the caller's batch is time-major (one sequence is the same either way)."""
+    return bool(options.get("time_major", False)) and not problem.single
+
+
+def _output(problem, fw, time_major):
     """`LayerOutput` in the caller's layout (that of `fastbptt.layer`)."""
     h = fw.h[0] if problem.single else fw.h
+    h = np.ascontiguousarray(h.swapaxes(0, 1)) if time_major else h
     c_final = None if fw.c_final is None else _caller_states(problem, fw.c_final)
     return LayerOutput(h, _caller_states(problem, fw.h_final), c_final)
 
@@ -147,7 +153,8 @@ def layer_vjp(x, params, **options):
     known_options("layer_vjp", options, LAYER_OPTIONS)
     problem = prepare_layer(x, params, **options)
     fw = Forward(problem)
-    out = _output(problem, fw)
+    tm = _time_major(problem, options)
+    out = _output(problem, fw, tm)
     check = options.get("check_finite", True)
 
     def back(dh, dh_final=None, dc_final=None):
@@ -155,7 +162,8 @@ def layer_vjp(x, params, **options):
         if dc_final is not None and problem.cell != "lstm":
             raise ValueError(f"dc_final is the LSTM's cell-state gradient; the {problem.cell} "
                              "cell has no cell state (pass dc_final=None)")
-        dh = _upstream("dh", dh, problem, out.h.shape, check).reshape(fw.h.shape)
+        dh = _upstream("dh", dh, problem, out.h.shape, check, tm)
+        dh = (dh.swapaxes(0, 1) if tm else dh).reshape(fw.h.shape)
         finals = [None if v is None else
                   _upstream(name, v, problem, out.h_final.shape, check).reshape(S, B, H)
                   for name, v in (("dh_final", dh_final), ("dc_final", dc_final))]
@@ -163,6 +171,7 @@ def layer_vjp(x, params, **options):
             finals = [np.zeros((S, B, H), problem.dtype) if v is None else v for v in finals]
         model, dx, dh0, dc0 = fw.backward(dh, *finals)
         dx = None if problem.ids else (dx[0] if problem.single else dx)
+        dx = np.ascontiguousarray(dx.swapaxes(0, 1)) if tm and dx is not None else dx
         return LayerGrads(problem.rebuild(model), dx, _caller_states(problem, dh0),
                           None if dc0 is None else _caller_states(problem, dc0))
 
@@ -173,4 +182,4 @@ def layer_forward(x, params, **options):
     """`LayerOutput` as `fastbptt.layer.forward`."""
     known_options("layer_forward", options, LAYER_OPTIONS)
     problem = prepare_layer(x, params, **options)
-    return _output(problem, Forward(problem))
+    return _output(problem, Forward(problem), _time_major(problem, options))

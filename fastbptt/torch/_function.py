@@ -1,15 +1,18 @@
 """One call of `fastbptt.layer` on a run of a module's layers, as a ``torch.autograd.Function``.
 
-`run` takes batch-first input x (B, T, F), the initial states of those layers (S, B, H)
-or None, and their parameters in the module's order (``weight_ih``, ``weight_hh``,
-``bias_ih``, ``bias_hh`` per layer and direction, forward before reverse); it returns
-(output (B, T, H D), h_n, c_n or None). With gradients needed, the forward pass keeps
+`run` takes input x, batch-first (B, T, F) or, with ``cfg.time_major``, (T, B, F), the
+initial states of those layers (S, B, H) or None, and their parameters in the module's
+order (``weight_ih``, ``weight_hh``, ``bias_ih``, ``bias_hh`` per layer and direction,
+forward before reverse); it returns (output in x's layout, (B, T, H D) or (T, B, H D),
+h_n, c_n or None). With gradients needed, the forward pass keeps
 `fastbptt.layer.vjp`'s ``back`` and the backward pass calls it; without, it calls
 `fastbptt.layer.forward`, which keeps nothing.
 
 Tensors reach NumPy with ``.detach().numpy()``, which shares their memory; fastbptt reads
 contiguous float arrays of its dtype in place and copies the others (it always copies
-x into its own layout and h0 into its states). Its results are new arrays, wrapped with
+x into its own layout and h0 into its states). It takes and gives x, the output and its
+gradient time-major where the module is (``batch_first=False``), so that none of them is
+transposed on this side. Its results are new arrays, wrapped with
 ``torch.from_numpy`` without a copy. Elman and LSTM act through b = bias_ih + bias_hh
 (a new array of G H numbers) and both biases receive its gradient (the second a copy, so
 that no two parameters share a ``.grad``); a GRU keeps them apart (SPEC.md §6).
@@ -39,6 +42,7 @@ class Config(NamedTuple):
     lengths: Optional[np.ndarray]    # (B,) int64, or None: every step is real
     truncate: Optional[int]
     stride: int
+    time_major: bool                 # x and the output (T, B, ...), not (B, T, ...)
 
 
 def _numpy(tensor):
@@ -81,7 +85,7 @@ def _weight_grads(cfg, grads):
 
 def _options(cfg, h0, c0):
     return dict(cell=cfg.cell, activation=cfg.activation, h0=_numpy(h0), c0=_numpy(c0),
-                lengths=cfg.lengths, check_finite=False)
+                lengths=cfg.lengths, check_finite=False, time_major=cfg.time_major)
 
 
 def _outputs(cfg, out):

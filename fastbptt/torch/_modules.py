@@ -181,10 +181,7 @@ class _Bridge:
             if not batched:
                 hx = tuple(h.unsqueeze(1) for h in states) if lstm else hx.unsqueeze(1)
         self._check_args(input, hx, None)
-        out, hidden = self._layers(input if self.batch_first else input.transpose(0, 1), hx,
-                                   None)
-        if not self.batch_first:
-            out = out.transpose(0, 1).contiguous()
+        out, hidden = self._layers(input, hx, None, time_major=not self.batch_first)
         if not batched:
             out = out.squeeze(batch_dim)
             hidden = tuple(h.squeeze(1) for h in hidden) if lstm else hidden.squeeze(1)
@@ -210,10 +207,11 @@ class _Bridge:
                 name = f"hidden[{i}]" if lstm else "hidden"
                 self.check_hidden_size(h, expected, f"Expected {name} size {{}}, got {{}}")
 
-    def _layers(self, x, hx, padding):
-        """(output (B, T, H D), h_n or (h_n, c_n)) from batch-first x and hx in the
-        batch's order: one fastbptt call for the whole stack, or one per layer with
-        dropout between them (in training mode)."""
+    def _layers(self, x, hx, padding, time_major=False):
+        """(output, h_n or (h_n, c_n)) from x and hx in the batch's order, x and the
+        output batch-first ((B, T, ...)) or ``time_major`` ((T, B, ...)): one fastbptt call
+        for the whole stack, or one per layer with dropout between them (in training
+        mode)."""
         lstm = self._cell == "lstm"
         states = (None, None) if hx is None else (tuple(hx) if lstm else (hx, None))
         D = 2 if self.bidirectional else 1
@@ -225,25 +223,27 @@ class _Bridge:
         h_n, c_n = [], []
         for a, b in spans:
             cfg = Config(self._cell, getattr(self, "nonlinearity", "tanh"), b - a, D, self.bias,
-                         lengths, self.truncate, self.stride)
+                         lengths, self.truncate, self.stride, time_major)
             h0, c0 = (None if s is None else s[a * D:b * D] for s in states)
             x, h, c = run(cfg, x, h0, c0, self._flat_weights[a * per:b * per])
             h_n.append(h)
             c_n.append(c)
             if dropout and b < self.num_layers:
-                x = self._dropout(x, padding)
+                x = self._dropout(x, padding, time_major)
         h_n = h_n[0] if len(h_n) == 1 else torch.cat(h_n)
         if not lstm:
             return x, h_n
         return x, (h_n, c_n[0] if len(c_n) == 1 else torch.cat(c_n))
 
-    def _dropout(self, x, padding):
+    def _dropout(self, x, padding, time_major):
         """Dropout on a layer's output as PyTorch's own modules apply it: on the time-major
         (T, B, H D) output, or on a ``PackedSequence``'s data, so that the same random
         numbers zero the same entries."""
         drop = torch.nn.functional.dropout
         if padding is not None:
             return padding.pad(drop(padding.pack(x), self.dropout, True))
+        if time_major:
+            return drop(x, self.dropout, True)
         return drop(x.transpose(0, 1).contiguous(), self.dropout, True).transpose(0, 1)
 
 
