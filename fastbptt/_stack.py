@@ -329,13 +329,14 @@ class Forward:
             else:
                 buf[:] = part
 
-    def inject_batch_first(self, g):
-        """Put the caller's batch-first (B, T, H D) dL/dh into the top layer's buffers of
-        a time-major backward pass, zeros at padding steps, reordered for a reverse
-        direction: one copy of each row (`_kernels.batch_steps`)."""
+    def inject_rows(self, g, time_major=False):
+        """Put the caller's batch-first (B, T, H D) dL/dh, or time-major (T, B, H D), into
+        the top layer's buffers of a time-major backward pass, zeros at padding steps,
+        reordered for a reverse direction: one copy of each row (`_kernels.batch_steps`)."""
         H, lengths = self.H, self.problem.lengths
         for direction, buf in zip(self.dirs[-1], self.gradient_buffers()):
-            steps_from_batch(g, direction.d * H, H, buf, lengths, direction.reverse)
+            steps_from_batch(g, direction.d * H, H, buf, lengths, direction.reverse,
+                             time_major)
 
     def backward(self, dh_final=None, dc_final=None, need_dx=False, time_major=False):
         """Every layer's gradients from the top layer's G (`gradient_buffers`).

@@ -142,8 +142,7 @@ class _Back:
         g = dh.reshape((T, B, width) if swap else (B, T, width))
         fw.convert_states()
         if fw.plan.back_tm:
-            # a narrow batch (B < 4): its few rows batch-first, as the kernel reads them
-            fw.inject_batch_first(np.ascontiguousarray(g.swapaxes(0, 1)) if swap else g)
+            fw.inject_rows(g, swap)
         else:
             G = workspace.get("G", (width, T * B), p.dtype)
             G.reshape(width, T, B)[:] = g.transpose((2, 0, 1) if swap else (2, 1, 0))

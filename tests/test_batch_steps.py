@@ -40,7 +40,9 @@ def _old_way(src, c0, K, dst, lengths, reverse):
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("lengths", [[4, 4, 4], [4, 1, 3], [0, 4, 2], [2, 2, 0]])
 @pytest.mark.parametrize("c0", [0, 5])
-def test_steps_from_batch_matches_the_masked_transpose(dtype, reverse, lengths, c0):
+@pytest.mark.parametrize("time_major", [False, True])
+def test_steps_from_batch_matches_the_masked_transpose(dtype, reverse, lengths, c0,
+                                                       time_major):
     rng = np.random.default_rng(len(lengths) + sum(lengths) + c0)
     B, T, K, N = len(lengths), 4, 5, 8
     lengths = np.array(lengths, np.int64)
@@ -48,7 +50,11 @@ def test_steps_from_batch_matches_the_masked_transpose(dtype, reverse, lengths, 
     want = np.full((T * B, N), 7.0, dtype)                    # columns past K: untouched
     got = want.copy()
     _old_way(src, c0, K, want, lengths, reverse)
-    steps_from_batch(src, c0, K, got, lengths, reverse)
+    if time_major:                                            # the same, (T, B, F)
+        steps_from_batch(np.ascontiguousarray(src.transpose(1, 0, 2)), c0, K, got, lengths,
+                         reverse, True)
+    else:
+        steps_from_batch(src, c0, K, got, lengths, reverse)
     np.testing.assert_array_equal(got, want)
     assert np.all(got[:, K:] == 7.0)
 

@@ -11,11 +11,11 @@ Integer input (token ids, one axis fewer than float input) stands for one-hot ve
 without building them: the first layer gathers columns of ``weight_ih_l0`` (SPEC.md §1)
 and the ids get no gradient.
 
-Layouts: fastbptt reads batch-first input, so time-major input is passed as a transposed
-view (fastbptt copies it into its own layout, as it does any input) and the output is
-made contiguous time-major by one copy. A ``PackedSequence`` is unpacked into a zero-padded
-batch-first tensor and its output packed again (one copy each way), with sequence lengths
-passed to fastbptt.
+Layouts: fastbptt takes time-major or batch-first input and gives its output, and takes
+the output's gradient, in the same layout (``time_major`` of `fastbptt.layer`), so that
+neither is transposed here (fastbptt copies x into its own layout, as it does any input).
+A ``PackedSequence`` is unpacked into a zero-padded batch-first tensor and its output
+packed again (one copy each way), with sequence lengths passed to fastbptt.
 """
 from __future__ import annotations
 
