@@ -157,6 +157,38 @@ def test_one_sequence_and_dict_params(cell):
     assert_close(one, batch, 1e-14)
 
 
+@pytest.mark.parametrize("cell", GATES)
+@pytest.mark.parametrize("ids", [False, True])
+def test_time_major_is_the_batch_first_layer_transposed(cell, ids):
+    """x (T, B, ...) and h (T, B, H) with time_major=True; values and gradients (of the
+    params, x, h0 and c0) are those of the batch-first call."""
+    rng = np.random.default_rng(12)
+    p = draw(cell, rng)
+    x = rng.integers(0, L, (B, T)) if ids else rng.normal(size=(B, T, L))
+    states = tuple(jnp.asarray(rng.normal(size=(B, H))) for _ in range(1 + (cell == "lstm")))
+    fn = layer_fn(cell)
+
+    def step_of(time_major):
+        def loss(p, x, s):
+            h, *finals = fn(p, x, *s, lengths=LENGTHS, time_major=time_major)
+            return loss_of([h if time_major else jnp.swapaxes(h, 0, 1), *finals])
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), allow_int=True))
+
+    (value, (dp, dx, ds)) = step_of(True)(p, jnp.asarray(np.swapaxes(x, 0, 1)), states)
+    (want, (dp_want, dx_want, ds_want)) = step_of(False)(p, jnp.asarray(x), states)
+    assert_close((value, dp, ds), (want, dp_want, ds_want), 1e-14)
+    if not ids:
+        assert_close(dx, jnp.swapaxes(dx_want, 0, 1), 1e-14)
+    h, final = fn(p, jnp.asarray(np.swapaxes(x, 0, 1)), *states, time_major=True)[:2]
+    assert h.shape == (T, B, H) and final.shape == (B, H)
+    with pytest.raises(ValueError, match=r"lengths must hold integers, shape \(3,\)"):
+        fn(p, jnp.asarray(np.swapaxes(x, 0, 1)), lengths=jnp.zeros(T, int), time_major=True)
+    with pytest.raises(ValueError, match=r"h0 must have shape \(3, 5\)"):
+        fn(p, jnp.asarray(np.swapaxes(x, 0, 1)), jnp.zeros((T, H)), time_major=True)
+    with pytest.raises(TypeError, match="time_major must be True or False"):
+        fn(p, jnp.asarray(x), time_major="yes")
+
+
 @pytest.mark.parametrize("activation", ["sigmoid", "relu"])
 def test_activations(activation):
     rng = np.random.default_rng(2)

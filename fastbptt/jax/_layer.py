@@ -47,6 +47,7 @@ class Options(NamedTuple):
     stride: int
     names: tuple                     # the params' leaves: which of U, W, b, bh each is
     ids: bool                        # x holds token ids
+    time_major: bool                 # a batch is (T, B, ...), not (B, T, ...)
     outputs: tuple                   # ShapeDtypeStructs of h, h_final (, c_final)
 
 
@@ -58,7 +59,8 @@ def _host(value):
 
 def _layer_options(opts, h0, c0, lengths):
     return dict(cell=opts.cell, activation=opts.activation, h0=_host(h0), c0=_host(c0),
-                lengths=_host(lengths), reverse=opts.reverse, check_finite=False)
+                lengths=_host(lengths), reverse=opts.reverse, check_finite=False,
+                time_major=opts.time_major)
 
 
 def _host_params(opts, leaves):
@@ -269,7 +271,8 @@ def _state_check(name, value, want, dtype):
     return value
 
 
-def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, stride):
+def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, stride,
+           time_major):
     """(Options, leaves, x, h0, c0, lengths) of a call, validated from shapes and dtypes."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; valid values are "
@@ -279,42 +282,48 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
                          f"the {cell.upper()} cell")
     if not isinstance(reverse, (bool, np.bool_)):
         raise TypeError(f"reverse must be True or False; got {reverse!r}")
-    reverse = bool(reverse)
+    if not isinstance(time_major, (bool, np.bool_)):
+        raise TypeError(f"time_major must be True or False; got {time_major!r}")
+    reverse, time_major = bool(reverse), bool(time_major)
     check_truncation(truncate, stride, reverse=reverse)
     leaves, names, dtype, (L, H), empty = _check_params(cell, params)
     if x is None:
         raise TypeError("x must be token ids or dense floats; got None")
     x = jnp.asarray(x)
     ids = bool(jnp.issubdtype(x.dtype, jnp.integer))
+    batch = "(T, B" if time_major else "(B, T"
     if ids and x.ndim not in (1, 2):
-        raise ValueError(f"x as token ids must be (T,) or (B, T); got shape {x.shape}")
+        raise ValueError(f"x as token ids must be (T,) or {batch}); got shape {x.shape}")
     if not ids and (x.ndim not in (2, 3) or x.shape[-1] != L or x.dtype != dtype):
-        raise ValueError(f"x as dense floats must be (T, L) or (B, T, L) with L={L} from U and "
-                         f"dtype {dtype}; got {x.shape} {x.dtype}")
+        raise ValueError(f"x as dense floats must be (T, L) or {batch}, L) with L={L} from U "
+                         f"and dtype {dtype}; got {x.shape} {x.dtype}")
     lead = x.shape if ids else x.shape[:-1]
     h = jax.ShapeDtypeStruct(lead + (H,), dtype)
-    final = jax.ShapeDtypeStruct(lead[:-1] + (H,), dtype)
+    seqs = lead[1:] if time_major else lead[:-1]           # (B,), or () for one sequence
+    final = jax.ShapeDtypeStruct(seqs + (H,), dtype)
     h0 = _state_check("h0", h0, final.shape, dtype)
     c0 = _state_check("c0", c0, final.shape, dtype)
     if lengths is not None:
         lengths = jnp.asarray(lengths)
-        if lengths.shape != lead[:-1] or not jnp.issubdtype(lengths.dtype, jnp.integer):
-            raise ValueError(f"lengths must hold integers, shape {lead[:-1]} (one per sequence "
+        if lengths.shape != seqs or not jnp.issubdtype(lengths.dtype, jnp.integer):
+            raise ValueError(f"lengths must hold integers, shape {seqs} (one per sequence "
                              f"of x); got {lengths.shape} {lengths.dtype}")
     outputs = (h, final) + ((final,) if cell == "lstm" else ())
-    opts = Options(cell, activation, reverse, truncate, stride, names, ids, outputs)
+    opts = Options(cell, activation, reverse, truncate, stride, names, ids, time_major,
+                   outputs)
     if not any(isinstance(v, jax.core.Tracer) for v in (x, lengths)):
         # the values of ids and lengths, wherever they are concrete: also under jax.grad
         # or vmap of the params outside jit; the params' values are not read
         prepare_layer(np.asarray(x), empty, cell=cell, activation=activation,
-                      lengths=_host(lengths), reverse=reverse, check_finite=False)
+                      lengths=_host(lengths), reverse=reverse, check_finite=False,
+                      time_major=time_major)
     return opts, leaves, x, h0, c0, lengths
 
 
 # ---- the public functions ---------------------------------------------------------------
 
 def rnn(params, x, h0=None, *, lengths=None, reverse=False, truncate=None, stride=1,
-        activation="tanh"):
+        activation="tanh", time_major=False):
     """An Elman layer h_t = f(U x_t + W h_{t-1} + b): returns ``(h, h_final)``.
 
     Parameters
@@ -334,27 +343,34 @@ def rnn(params, x, h0=None, *, lengths=None, reverse=False, truncate=None, strid
     truncate, stride : int
         BPTT(k; s) (SPEC.md §3) on the gradient flowing back from every step.
     activation : {"tanh", "sigmoid", "relu", "identity"}
+    time_major : bool
+        A batch is time-major, as ``lax.scan`` over steps takes it: x (T, B) or (T, B, L),
+        and h (T, B, H); one sequence is the same either way.
 
     Returns
     -------
-    h : (B, T, H) or (T, H)
+    h : (B, T, H), (T, B, H) with ``time_major``, or (T, H)
     h_final : (B, H) or (H,)
     """
     return _run(*_check("elman", params, x, h0, None, lengths, activation=activation,
-                        reverse=reverse, truncate=truncate, stride=stride))
+                        reverse=reverse, truncate=truncate, stride=stride,
+                        time_major=time_major))
 
 
-def gru(params, x, h0=None, *, lengths=None, reverse=False, truncate=None, stride=1):
+def gru(params, x, h0=None, *, lengths=None, reverse=False, truncate=None, stride=1,
+        time_major=False):
     """A GRU layer (PyTorch's equations, gates r, z, n; SPEC.md §6): ``(h, h_final)``.
 
     params: U (3H, L), W (3H, H), optionally b = bias_ih (3H,) and bh = bias_hh (3H,).
     The other arguments are `rnn`'s.
     """
     return _run(*_check("gru", params, x, h0, None, lengths, activation="tanh",
-                        reverse=reverse, truncate=truncate, stride=stride))
+                        reverse=reverse, truncate=truncate, stride=stride,
+                        time_major=time_major))
 
 
-def lstm(params, x, h0=None, c0=None, *, lengths=None, reverse=False, truncate=None, stride=1):
+def lstm(params, x, h0=None, c0=None, *, lengths=None, reverse=False, truncate=None, stride=1,
+         time_major=False):
     """An LSTM layer (PyTorch's equations, gates i, f, g, o; SPEC.md §6):
     ``(h, h_final, c_final)``.
 
@@ -362,4 +378,5 @@ def lstm(params, x, h0=None, c0=None, *, lengths=None, reverse=False, truncate=N
     The other arguments are `rnn`'s.
     """
     return _run(*_check("lstm", params, x, h0, c0, lengths, activation="tanh",
-                        reverse=reverse, truncate=truncate, stride=stride))
+                        reverse=reverse, truncate=truncate, stride=stride,
+                        time_major=time_major))
