@@ -2,10 +2,10 @@
 
 `fastbptt.layer` hands back each step's states batch-first and takes dL/dh batch-first
 (or time-major, `steps_from_batch`'s ``time_major``), while a narrow batch keeps them
-time-major, row t B + b for step t of sequence b. NumPy
-copies a transposed view through its general strided loops; these loops move whole
-contiguous rows instead (B 32, T 100, H 128 float32: about a third of the time). Values
-are moved, never computed, so the results are the same bits either way.
+time-major, row t B + b for step t of sequence b. NumPy copies a transposed view through
+its general strided loops; these loops move whole contiguous rows instead (B 32, T 100,
+H 128 float32: about a third of the time). Values are moved, never computed, so the
+results are the same bits either way.
 """
 from ._jit import jit
 from .copies import copy_row
