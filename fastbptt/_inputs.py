@@ -53,6 +53,8 @@ class Problem:
     c0: Optional[np.ndarray] = None  # LSTM: like h0
     c0_given: bool = False
     reverse: bool = False            # layer calls: run the layer from each sequence's end
+    time_major: bool = False         # layer calls: the caller's batch is (T, B, ...) (x, h,
+                                     # dh, dx; never for one sequence); x here is batch-first
     narrow: Optional[bool] = None    # the kernel path, once `_stack._narrow` has chosen it
     slices: Optional[tuple] = None   # with it, the narrow batch's slices (`batch_slices`)
     units: Optional[tuple] = None    # and the threads' ranges of units, or None (`unit_slices`)
@@ -483,7 +485,8 @@ def _problem(checked, x, y, *, truncate, stride, activation, loss, h0, c0, lengt
                    h0_given=h0 is not None, model=checked.model, rebuild=checked.rebuild,
                    activation=act, loss=loss, truncate=truncate, stride=stride, B=B, T=T,
                    sizes=checked.sizes, dtype=checked.dtype, stacked=checked.stacked,
-                   cell=checked.cell, c0=c0c, c0_given=c0 is not None, reverse=reverse)
+                   cell=checked.cell, c0=c0c, c0_given=c0 is not None, reverse=reverse,
+                   time_major=time_major and not single)
 
 
 def prepare(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="softmax_ce",

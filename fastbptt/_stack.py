@@ -329,30 +329,32 @@ class Forward:
             else:
                 buf[:] = part
 
-    def inject_rows(self, g, time_major=False):
-        """Put the caller's batch-first (B, T, H D) dL/dh, or time-major (T, B, H D), into
-        the top layer's buffers of a time-major backward pass, zeros at padding steps,
-        reordered for a reverse direction: one copy of each row (`_kernels.batch_steps`)."""
-        H, lengths = self.H, self.problem.lengths
+    def inject_rows(self, g):
+        """Put the caller's dL/dh, batch-first (B, T, H D) or time-major (T, B, H D) as the
+        problem's ``time_major`` says, into the top layer's buffers of a time-major
+        backward pass, zeros at padding steps, reordered for a reverse direction: one
+        copy of each row (`_kernels.batch_steps`)."""
+        H, p = self.H, self.problem
         for direction, buf in zip(self.dirs[-1], self.gradient_buffers()):
-            steps_from_batch(g, direction.d * H, H, buf, lengths, direction.reverse,
-                             time_major)
+            steps_from_batch(g, direction.d * H, H, buf, p.lengths, direction.reverse,
+                             p.time_major)
 
-    def backward(self, dh_final=None, dc_final=None, need_dx=False, time_major=False):
+    def backward(self, dh_final=None, dc_final=None, need_dx=False):
         """Every layer's gradients from the top layer's G (`gradient_buffers`).
 
         dh_final (and the LSTM's dc_final), (layers x directions, B, H), optional:
         dL/dh_final (dL/dc_final), injected at each sequence's last real step. Returns
         (layers of gradients, ``layers[l][d]`` a `Layer`; dh0 and dc0 (layers x
         directions, B, H), None when neither h0 nor c0 was given (dc0 None for other
-        cells than the LSTM); dx (B, T, L), or (T, B, L) with ``time_major``, or None).
+        cells than the LSTM); dx (B, T, L), or (T, B, L) for a time-major problem, or
+        None).
         """
         if self.parallel:
             with one_blas_thread():
-                return self._backward(dh_final, dc_final, need_dx, time_major)
-        return self._backward(dh_final, dc_final, need_dx, time_major)
+                return self._backward(dh_final, dc_final, need_dx)
+        return self._backward(dh_final, dc_final, need_dx)
 
-    def _backward(self, dh_final, dc_final, need_dx, time_major):
+    def _backward(self, dh_final, dc_final, need_dx):
         p, plan, H = self.problem, self.plan, self.H
         D = len(self.dirs[0])
         tm = plan.back_tm
@@ -387,7 +389,7 @@ class Forward:
                 _combine(self, l, below, dX)
                 buffers = below
             elif dX is not None:
-                dx = _user_dx(self, dX, time_major)
+                dx = _user_dx(self, dX)
         return tuple(map(tuple, grads)), dh0, dc0, dx
 
     def _layer_backward(self, direction, buf, dh0, dc0, dcf, dX):
@@ -548,10 +550,12 @@ def _combine(fw, l, below, dX):
                 permute_steps(part, target, fw.idx, tm, k > 0)
 
 
-def _user_dx(fw, dX, time_major=False):
-    """dL/dx (B, T, L), or (T, B, L) ``time_major``, from layer 0's U^T delta of each
-    direction (in x's layout of `_dense_x`, each in its direction's step order)."""
+def _user_dx(fw, dX):
+    """dL/dx in the caller's layout, (B, T, L) or time-major (T, B, L), from layer 0's
+    U^T delta of each direction (in x's layout of `_dense_x`, each in its direction's
+    step order)."""
     p = fw.problem
+    time_major = p.time_major
     dirs = fw.dirs[0]
     L = p.sizes[0]
     tm = dirs[0].src_tm

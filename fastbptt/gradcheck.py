@@ -220,7 +220,7 @@ def check_layer_grad(x, params, dh, dh_final=None, dc_final=None, *, eps=None, i
     wide = _widen(problem)
     S, B, H = wide.h0.shape
     width = H * problem.directions
-    time_major = bool(options.get("time_major", False)) and not problem.single
+    time_major = problem.time_major
     G = np.asarray(dh, WIDE).reshape(B, problem.T, width) if not time_major else \
         np.asarray(dh, WIDE).reshape(problem.T, B, width).swapaxes(0, 1)
     dx = result.dx

@@ -32,15 +32,15 @@ from .params import Layer, Model
 __all__ = ["vjp", "forward", "LayerOutput", "LayerGrads"]
 
 
-def _outputs(problem, fw, time_major=False):
+def _outputs(problem, fw):
     """`LayerOutput` in the caller's layout: h (B, T, H D) zero at padding steps, or
-    (T, B, H D) ``time_major``, or (T, H D) for one sequence; h_final (B, H), or
+    (T, B, H D) time-major, or (T, H D) for one sequence; h_final (B, H), or
     (S, B, H) for a stack (S = layers x directions), without the batch axis for one
     sequence."""
     B, T = problem.B, problem.T
     H = problem.sizes[1]
     width = H * problem.directions
-    time_major = time_major and not problem.single
+    time_major = problem.time_major
     if B and T:
         top = fw.top()
         if fw.plan.narrow and time_major:
@@ -72,9 +72,9 @@ def _caller_states(problem, array):
 _OF = {"dh": "h", "dh_final": "h_final", "dc_final": "c_final"}
 
 
-def _upstream(name, value, problem, shape, check_finite, time_major=False):
+def _upstream(name, value, problem, shape, check_finite):
     """dh, dh_final or dc_final as an array of the compute dtype and the caller's
-    ``shape`` (dh (T, B, H D) ``time_major``). dh's padding steps (past a sequence's
+    ``shape`` (dh (T, B, H D) time-major). dh's padding steps (past a sequence's
     length) are not checked, as x's are not: `_Back.__call__` injects zeros there,
     whatever they hold."""
     arr = _array(name, value, "floats")
@@ -88,7 +88,7 @@ def _upstream(name, value, problem, shape, check_finite, time_major=False):
     mask = None
     if name == "dh" and arr.size and (problem.lengths < problem.T).any():
         mask = problem.padding_mask()
-        if time_major and not problem.single:
+        if problem.time_major:
             mask = mask.T
         arr = arr.reshape(mask.shape + (-1,))          # as the mask, one sequence or not
     _check_finite(name, arr, check_finite, mask, shape=shape)
@@ -107,9 +107,9 @@ def _own(problem):
 class _Back:
     """``back(dh, dh_final=None, dc_final=None)`` of one `vjp` call."""
 
-    def __init__(self, problem, fw, out, check_finite, time_major):
+    def __init__(self, problem, fw, out, check_finite):
         self._problem, self._fw, self._out = problem, fw, out
-        self._check_finite, self._time_major = check_finite, time_major
+        self._check_finite = check_finite
 
     def __call__(self, dh, dh_final=None, dc_final=None):
         """The gradients of a loss L from dh = dL/dh (the shape of ``out.h``) and,
@@ -125,8 +125,7 @@ class _Back:
         if dc_final is not None and p.cell != "lstm":
             raise ValueError(f"dc_final is the LSTM's cell-state gradient; the {p.cell} cell "
                              "has no cell state (pass dc_final=None)")
-        swap = self._time_major and not p.single
-        dh = _upstream("dh", dh, p, self._out.h.shape, self._check_finite, swap)
+        dh = _upstream("dh", dh, p, self._out.h.shape, self._check_finite)
         final = cells = None
         if dh_final is not None:
             final = _upstream("dh_final", dh_final, p, self._out.h_final.shape,
@@ -139,17 +138,16 @@ class _Back:
         if not (B and T):
             return self._empty(final, cells)
         width = H * p.directions
-        g = dh.reshape((T, B, width) if swap else (B, T, width))
+        g = dh.reshape((T, B, width) if p.time_major else (B, T, width))
         fw.convert_states()
         if fw.plan.back_tm:
-            fw.inject_rows(g, swap)
+            fw.inject_rows(g)
         else:
             G = workspace.get("G", (width, T * B), p.dtype)
-            G.reshape(width, T, B)[:] = g.transpose((2, 0, 1) if swap else (2, 1, 0))
+            G.reshape(width, T, B)[:] = g.transpose((2, 0, 1) if p.time_major else (2, 1, 0))
             G.reshape(width, T, B)[:, ~p.padding_mask().T] = 0
             fw.inject(G)
-        layers, dh0, dc0, dx = fw.backward(dh_final=final, dc_final=cells, need_dx=not p.ids,
-                                           time_major=swap)
+        layers, dh0, dc0, dx = fw.backward(dh_final=final, dc_final=cells, need_dx=not p.ids)
         return self._grads(layers, dh0, dc0, dx)
 
     def _grads(self, layers, dh0, dc0, dx):
@@ -175,7 +173,7 @@ class _Back:
             dh0 += final
         if cells is not None and dc0 is not None:
             dc0 += cells
-        shape = (p.T, p.B) if self._time_major and not p.single else (p.B, p.T)
+        shape = (p.T, p.B) if p.time_major else (p.B, p.T)
         dx = None if p.ids else np.zeros(shape + (p.sizes[0],), p.dtype)
         return self._grads(layers, dh0, dc0, dx)
 
@@ -231,8 +229,8 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
                             check_finite=check_finite, time_major=time_major)
     _own(problem)
     fw = run_forward(problem, store=fresh) if problem.B and problem.T else None
-    out = _outputs(problem, fw, time_major)
-    return out, _Back(problem, fw, out, check_finite, time_major)
+    out = _outputs(problem, fw)
+    return out, _Back(problem, fw, out, check_finite)
 
 
 def forward(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=None,
@@ -242,4 +240,4 @@ def forward(x, params, *, cell=None, activation="tanh", h0=None, c0=None, length
                             lengths=lengths, reverse=reverse, check_finite=check_finite,
                             time_major=time_major)
     fw = run_forward(problem) if problem.B and problem.T else None
-    return _outputs(problem, fw, time_major)
+    return _outputs(problem, fw)

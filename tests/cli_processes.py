@@ -1,5 +1,7 @@
 """Running ``python -m fastbptt`` in real processes, for the tests of exit statuses,
 one-line errors and signals: this checkout's package, small corpora and sizes."""
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -8,6 +10,7 @@ import time
 import numpy as np
 
 import fastbptt
+from fastbptt.cli import build_parser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastbptt.__file__)))
 TEXT = ("the quick brown fox jumps over the lazy dog. " * 6
@@ -71,14 +74,17 @@ def run_all(commands, cwd, timeout=300):
 
 
 def _checkpoint(args):
-    """The checkpoint a ``train`` command claims (its --checkpoint or the default), or
-    None for other commands."""
+    """The checkpoint a ``train`` command claims (its --checkpoint, or the default, as the
+    command's parser reads them), or None for other commands and for command lines the
+    parser refuses, which stop before any claim."""
     if not args or args[0] != "train":
         return None
-    args = list(args)
-    if "--checkpoint" in args[:-1]:
-        return args[args.index("--checkpoint") + 1]
-    return "fastbptt-char.npz"
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            parsed, _ = build_parser().parse_known_args(list(args))
+    except SystemExit:
+        return None
+    return parsed.checkpoint
 
 
 def read_until(proc, marker, timeout=120):

@@ -135,15 +135,10 @@ class Forward:
         return Model(layers), dx, dh0, dc0
 
 
-def _time_major(problem, options):
-    """Whether the caller's batch is time-major (one sequence is the same either way)."""
-    return bool(options.get("time_major", False)) and not problem.single
-
-
-def _output(problem, fw, time_major):
+def _output(problem, fw):
     """`LayerOutput` in the caller's layout (that of `fastbptt.layer`)."""
     h = fw.h[0] if problem.single else fw.h
-    h = np.ascontiguousarray(h.swapaxes(0, 1)) if time_major else h
+    h = np.ascontiguousarray(h.swapaxes(0, 1)) if problem.time_major else h
     c_final = None if fw.c_final is None else _caller_states(problem, fw.c_final)
     return LayerOutput(h, _caller_states(problem, fw.h_final), c_final)
 
@@ -153,8 +148,8 @@ def layer_vjp(x, params, **options):
     known_options("layer_vjp", options, LAYER_OPTIONS)
     problem = prepare_layer(x, params, **options)
     fw = Forward(problem)
-    tm = _time_major(problem, options)
-    out = _output(problem, fw, tm)
+    tm = problem.time_major
+    out = _output(problem, fw)
     check = options.get("check_finite", True)
 
     def back(dh, dh_final=None, dc_final=None):
@@ -162,7 +157,7 @@ def layer_vjp(x, params, **options):
         if dc_final is not None and problem.cell != "lstm":
             raise ValueError(f"dc_final is the LSTM's cell-state gradient; the {problem.cell} "
                              "cell has no cell state (pass dc_final=None)")
-        dh = _upstream("dh", dh, problem, out.h.shape, check, tm)
+        dh = _upstream("dh", dh, problem, out.h.shape, check)
         dh = (dh.swapaxes(0, 1) if tm else dh).reshape(fw.h.shape)
         finals = [None if v is None else
                   _upstream(name, v, problem, out.h_final.shape, check).reshape(S, B, H)
@@ -182,4 +177,4 @@ def layer_forward(x, params, **options):
     """`LayerOutput` as `fastbptt.layer.forward`."""
     known_options("layer_forward", options, LAYER_OPTIONS)
     problem = prepare_layer(x, params, **options)
-    return _output(problem, Forward(problem), _time_major(problem, options))
+    return _output(problem, Forward(problem))
