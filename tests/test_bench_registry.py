@@ -224,3 +224,39 @@ def test_bench_times_one_and_two_threads_in_turns_for_a_scaled_workload(monkeypa
     assert 1 in seen[first_two:], seen          # 1 thread again after 2: in turns
     assert peers.get_threads() == 1
     assert "G4 fastbptt on 2 threads" in report.table(result)
+
+
+def test_startup_cases_are_each_cell_and_dtype_and_the_report_names_them():
+    """`fastbptt bench --startup` times a cold first call of every cell and dtype and a
+    warm one of every cell, on workloads of that cell and dtype."""
+    from fastbptt.bench import startup
+    from fastbptt.bench.report import _startup
+
+    cells, dtypes = ("elman", "lstm", "gru"), ("float32", "float64")
+    assert set(startup.COLD_CASES) == set(itertools.product(cells, dtypes))
+    assert set(startup.WARM_CASES) == set(cells)
+    for (cell, dtype), spec in startup.COLD_CASES.items():
+        w = startup.workload(spec)
+        assert (w.cell, w.dtype, w.name) == (cell, dtype, spec.split(":")[0]), spec
+        x, y, params = make_data(w._replace(B=2, T=3, L=5, H=4, C=3))
+        assert {a.dtype for a in _arrays(params)} == {np.dtype(dtype)}, spec
+    assert all(startup.workload(spec).cell == cell for cell, spec in startup.WARM_CASES.items())
+    warm = {"import_s": 0.3, "first_call_s": 0.2, "import_and_first_call_s": 0.5}
+    text = "\n".join(_startup({
+        "warm_starts": {cell: dict(warm, workload=spec)
+                        for cell, spec in startup.WARM_CASES.items()},
+        "cold_starts": {f"{cell} {dtype}": {"workload": spec, "first_call_s": 9.0}
+                        for (cell, dtype), spec in startup.COLD_CASES.items()}}))
+    for (cell, dtype), spec in startup.COLD_CASES.items():
+        assert f"{cell} {dtype} ({spec}) 9.0 s" in text
+    for cell, spec in startup.WARM_CASES.items():
+        assert f"{cell} ({spec}) 0.30 + 0.20 = 0.50 s" in text
+
+
+def _arrays(tree):
+    """The arrays of a params structure (nested tuples and named tuples)."""
+    if isinstance(tree, np.ndarray):
+        yield tree
+    elif isinstance(tree, tuple):
+        for part in tree:
+            yield from _arrays(part)

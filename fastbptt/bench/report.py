@@ -150,18 +150,19 @@ def _check_row(result, peer, entry):
 
 def _startup(s):
     out = []
-    warm = s.get("warm_start")
+    warm = s.get("warm_starts")
     if warm:
-        out.append(f"warm start (fresh process, warm Numba cache): import fastbptt and "
-                   f"its engine {warm['import_s']:.2f} s + first W2 call "
-                   f"{warm['first_call_s']:.2f} s = {warm['import_and_first_call_s']:.2f} s "
-                   f"(whole process {warm['wall_s']:.2f} s; median of 3)")
-    cold = s.get("cold_start")
+        out.append("warm start (fresh process, warm Numba cache; median of 3): import "
+                   "fastbptt and its engine + the first call, " + ", ".join(
+                       f"{cell} ({w['workload']}) {w['import_s']:.2f} + "
+                       f"{w['first_call_s']:.2f} = {w['import_and_first_call_s']:.2f} s"
+                       for cell, w in warm.items()))
+    cold = s.get("cold_starts")
     if cold:
-        firsts = [f"{k[len('first_'):-2].replace('_', ' ')} {v:.1f} s"
-                  for k, v in cold.items() if k.startswith("first_")]
-        out.append("cold start (empty NUMBA_CACHE_DIR): first call " + ", then ".join(firsts)
-                   + f" (import {cold['import_s']:.2f} s; whole process {cold['wall_s']:.1f} s)")
+        out.append("cold start (each cell and dtype in a fresh process with an empty "
+                   "NUMBA_CACHE_DIR): first call " + ", ".join(
+                       f"{case} ({c['workload']}) {c['first_call_s']:.1f} s"
+                       for case, c in cold.items()))
     mem = s.get("w5_memory")
     if mem:
         text = (f"W5 peak resident memory of a fresh process making one W5 call: "

@@ -249,8 +249,8 @@ def run(names=DEFAULT, threads=1, repeat=50, budget=2.0, with_peers=True,
     startup_result = None
     if startup:
         startup_result = {}
-        for key, measure_it in (("warm_start", startup_.warm_start),
-                                ("cold_start", startup_.cold_start),
+        for key, measure_it in (("warm_starts", startup_.warm_starts),
+                                ("cold_starts", startup_.cold_starts),
                                 ("w5_memory", startup_.w5_memory)):
             progress.step(key.replace("_", " "))
             startup_result[key] = measure_it()

@@ -4,11 +4,14 @@ Each measurement runs a fresh ``python -c`` child that reports its own timings a
 on its last line of output; the parent adds the child's whole wall time.
 
 - warm start: ``import fastbptt`` and its engine's modules (``fastbptt.bptt``: the package
-  loads its names on first use) + the first W2 call, with Numba's cache already warm (the
-  child is run once untimed first to make sure).
+  loads its names on first use) + the first call of a workload (W2 by default), with
+  Numba's cache already warm (the child is run once untimed first to make sure);
+  `warm_starts` does it for each cell (`WARM_CASES`).
 - cold start: the first call of each workload given (W2 for float32, W1 for float64) in a
   child whose NUMBA_CACHE_DIR is a new empty directory and FASTBPTT_CACHE unset: the
-  compile time of each dtype's kernels.
+  compile time of each dtype's kernels. `cold_starts` gives each cell and dtype
+  (`COLD_CASES`) a child and an empty cache of its own: what a first call of that cell
+  and dtype compiles, and nothing else.
 - memory: peak resident set of a child running one W5 call, and how much the call raised
   it over the RSS before it (the kernels already loaded by a W2 call). On Linux the peak is
   the child's VmHWM, restarted through /proc/self/clear_refs just before the call:
@@ -26,16 +29,35 @@ import sys
 import tempfile
 import time
 
-__all__ = ["warm_start", "cold_start", "w5_memory", "run_child", "WARM_CHILD", "COLD_CHILD"]
+__all__ = ["warm_start", "warm_starts", "cold_start", "cold_starts", "w5_memory", "run_child",
+           "workload", "WARM_CHILD", "COLD_CHILD", "WARM_CASES", "COLD_CASES"]
+
+# A workload per cell and dtype: a name of `workloads.WORKLOADS`, or "name:dtype" for that
+# workload in another dtype (the G workloads are float32).
+COLD_CASES = {("elman", "float32"): "W2", ("elman", "float64"): "W1",
+              ("lstm", "float32"): "G1", ("lstm", "float64"): "G1:float64",
+              ("gru", "float32"): "G2", ("gru", "float64"): "G2:float64"}
+WARM_CASES = {"elman": "W2", "lstm": "G1", "gru": "G2"}
+
+
+def workload(spec):
+    """The workload a case names: "W2", or "G1:float64" for G1 in float64."""
+    from .workloads import WORKLOADS
+
+    name, _, dtype = spec.partition(":")
+    w = WORKLOADS[name]
+    return w._replace(dtype=dtype) if dtype else w
+
 
 WARM_CHILD = """
-import json, time
+import json, sys, time
 start = time.perf_counter()
 import fastbptt
 fastbptt.bptt
 imported = time.perf_counter()
-from fastbptt.bench.workloads import WORKLOADS, make_data
-w = WORKLOADS["W2"]
+from fastbptt.bench.startup import workload
+from fastbptt.bench.workloads import make_data
+w = workload(sys.argv[1] if len(sys.argv) > 1 else "W2")
 x, y, params = make_data(w)
 before = time.perf_counter()
 fastbptt.bptt(x, y, params, **w.options())
@@ -49,14 +71,15 @@ import json, sys, time
 start = time.perf_counter()
 import fastbptt
 fastbptt.bptt
-from fastbptt.bench.workloads import WORKLOADS, make_data
+from fastbptt.bench.startup import workload
+from fastbptt.bench.workloads import make_data
 result = {"import_s": time.perf_counter() - start}
-for name in sys.argv[1:]:
-    w = WORKLOADS[name]
+for spec in sys.argv[1:]:
+    w = workload(spec)
     x, y, params = make_data(w)
     before = time.perf_counter()
     fastbptt.bptt(x, y, params, **w.options())
-    result[f"first_{name}_{w.dtype}_s"] = time.perf_counter() - before
+    result[f"first_{w.name}_{w.dtype}_s"] = time.perf_counter() - before
 print(json.dumps(result))
 """
 
@@ -113,12 +136,19 @@ def run_child(code, args=(), env=None, timeout=600):
     return report
 
 
-def warm_start(repeat=3, prime=True):
-    """Median over `repeat` fresh processes of import + first W2 call (warm Numba cache)."""
+def warm_start(repeat=3, prime=True, workload="W2"):
+    """Median over `repeat` fresh processes of import + first call of `workload` (warm
+    Numba cache)."""
     if prime:
-        run_child(WARM_CHILD)
-    runs = [run_child(WARM_CHILD) for _ in range(repeat)]
+        run_child(WARM_CHILD, (workload,))
+    runs = [run_child(WARM_CHILD, (workload,)) for _ in range(repeat)]
     return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
+
+
+def warm_starts(cases=WARM_CASES, repeat=3):
+    """`warm_start` of each cell's workload: {cell: its medians, and "workload"}."""
+    return {cell: dict(warm_start(repeat, workload=spec), workload=spec)
+            for cell, spec in cases.items()}
 
 
 def cold_env(cache_dir):
@@ -134,6 +164,18 @@ def cold_start(workloads=("W2", "W1")):
         return run_child(COLD_CHILD, workloads, env=cold_env(cache_dir))
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def cold_starts(cases=COLD_CASES):
+    """The first call of each cell and dtype, each in its own process with its own empty
+    Numba cache: {"cell dtype": {"workload", "first_call_s", "import_s", "wall_s"}}."""
+    out = {}
+    for (cell, dtype), spec in cases.items():
+        report = cold_start((spec,))
+        first = next(v for k, v in report.items() if k.startswith("first_"))
+        out[f"{cell} {dtype}"] = {"workload": spec, "first_call_s": first,
+                                  "import_s": report["import_s"], "wall_s": report["wall_s"]}
+    return out
 
 
 def w5_memory():
