@@ -408,6 +408,24 @@ def test_values_are_checked_where_they_are_known():
     assert_close(a, b, 0)
 
 
+def test_host_values_are_checked_before_jax_narrows_them():
+    """Without x64, JAX makes int64 host arrays int32 by wrapping (2**32 + 1 becomes 1):
+    token ids and lengths given as NumPy arrays or lists are checked as given."""
+    jax.config.update("jax_enable_x64", False)
+    rng = np.random.default_rng(12)
+    p = draw("elman", rng, np.float32)
+    for ids in (np.array([[2**32 + 1, 0, 3]]), [[2**32 + 1, 0, 3]],
+                np.array([[2**32 + 1, 0, 3]], np.uint64)):
+        with pytest.raises(ValueError, match=r"x token ids must lie in \[0, 4\) .*; got 4294967297 at"):
+            fj.rnn(p, ids)
+    x = rng.normal(size=(2, 3, L)).astype(np.float32)
+    for lengths in (np.array([2**32 + 2, 1]), [2**32 + 2, 1]):
+        with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=3\]"):
+            fj.rnn(p, x, lengths=lengths)
+    h, _ = fj.rnn(p, x, lengths=np.array([2, 1]))                     # in range: runs
+    assert h.shape == (2, 3, H) and float(jnp.abs(h[1, 1:]).max()) == 0
+
+
 def test_second_derivatives_are_refused_in_a_sentence():
     p = draw("lstm", np.random.default_rng(9))
     x = jnp.asarray(np.random.default_rng(10).normal(size=(2, 3, L)))

@@ -57,6 +57,15 @@ def _host(value):
     return None if value is None else np.asarray(value)
 
 
+def _given(value):
+    """The caller's integer host array (NumPy, or a list of ints), or None for anything
+    else: a JAX array, a tracer, floats, None."""
+    if value is None or isinstance(value, (jax.Array, jax.core.Tracer)):
+        return None
+    host = np.asarray(value)
+    return host if np.issubdtype(host.dtype, np.integer) else None
+
+
 def _layer_options(opts, h0, c0, lengths):
     return dict(cell=opts.cell, activation=opts.activation, h0=_host(h0), c0=_host(c0),
                 lengths=_host(lengths), reverse=opts.reverse, check_finite=False,
@@ -289,7 +298,8 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     leaves, names, dtype, (L, H), empty = _check_params(cell, params)
     if x is None:
         raise TypeError("x must be token ids or dense floats; got None")
-    x = jnp.asarray(x)
+    given_x, given_lengths = _given(x), _given(lengths)
+    x = jnp.asarray(x if given_x is None else given_x)
     ids = bool(jnp.issubdtype(x.dtype, jnp.integer))
     batch = "(T, B" if time_major else "(B, T"
     if ids and x.ndim not in (1, 2):
@@ -304,7 +314,7 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     h0 = _state_check("h0", h0, final.shape, dtype)
     c0 = _state_check("c0", c0, final.shape, dtype)
     if lengths is not None:
-        lengths = jnp.asarray(lengths)
+        lengths = jnp.asarray(lengths if given_lengths is None else given_lengths)
         if lengths.shape != seqs or not jnp.issubdtype(lengths.dtype, jnp.integer):
             raise ValueError(f"lengths must hold integers, shape {seqs} (one per sequence "
                              f"of x); got {lengths.shape} {lengths.dtype}")
@@ -313,10 +323,13 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
                    outputs)
     if not any(isinstance(v, jax.core.Tracer) for v in (x, lengths)):
         # the values of ids and lengths, wherever they are concrete: also under jax.grad
-        # or vmap of the params outside jit; the params' values are not read
-        prepare_layer(np.asarray(x), empty, cell=cell, activation=activation,
-                      lengths=_host(lengths), reverse=reverse, check_finite=False,
-                      time_major=time_major)
+        # or vmap of the params outside jit; the params' values are not read. Host arrays
+        # are checked as the caller gave them: without x64, JAX wraps int64 values into
+        # int32 (2**32 + 1 to 1), which would pass.
+        prepare_layer(np.asarray(x) if given_x is None else given_x, empty, cell=cell,
+                      activation=activation,
+                      lengths=_host(lengths) if given_lengths is None else given_lengths,
+                      reverse=reverse, check_finite=False, time_major=time_major)
     return opts, leaves, x, h0, c0, lengths
 
 
