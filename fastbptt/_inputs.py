@@ -130,9 +130,13 @@ def _array(name, value, what="integers or floats"):
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be a numeric array; got {type(value).__name__}")
     _refuse_masked(name, value)
+    if getattr(value, "requires_grad", False) is True and hasattr(value, "detach"):
+        raise TypeError(f"{name} is a tensor that requires grad, which NumPy cannot read: pass "
+                        f"it with .detach() (fastbptt computes the gradients itself; "
+                        f"fastbptt.torch's modules take part in autograd)")
     try:
         arr = np.asarray(value)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RuntimeError) as exc:
         raise ValueError(f"{name} could not be read as an array: {exc}") from None
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold {what}; got dtype {arr.dtype}")

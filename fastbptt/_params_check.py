@@ -190,9 +190,9 @@ def _stack(model, rebuild, stacked, cell, check_finite, head, prefix_of):
     if head:
         V = arrays["params V"]
         if V.ndim != 2 or V.shape[1] != H * D or not V.shape[0]:
-            raise ValueError(f"params V must be (output_size, {H * D}) to read the top layer's "
-                             f"outputs (H={H}{' x 2 directions' if D == 2 else ''}); got "
-                             f"{V.shape}")
+            raise ValueError(f"params V must be (output_size, {H * D}) with output_size >= 1 "
+                             f"to read the top layer's outputs (H={H}"
+                             f"{' x 2 directions' if D == 2 else ''}); got {V.shape}")
         C = V.shape[0]
         c = arrays.get("params c")
         if c is not None and c.shape != (C,):

@@ -193,10 +193,10 @@ def from_torch(rnn_state_dict, head_state_dict=None, *, dtype=None):
             raise ValueError(f"head_state_dict must be an nn.Linear's: 'weight' and optionally "
                              f"'bias'; got keys {sorted(head)}")
         weight = head["weight"]
-        if weight.ndim != 2:
-            raise ValueError(f"head_state_dict weight must be (output_size, {H * D}), an "
-                             f"nn.Linear's over the top layer's outputs; got shape "
-                             f"{tuple(weight.shape)}")
+        if weight.ndim != 2 or not weight.shape[0]:
+            raise ValueError(f"head_state_dict weight must be (output_size, {H * D}) with "
+                             f"output_size >= 1, an nn.Linear's over the top layer's outputs; "
+                             f"got shape {tuple(weight.shape)}")
         top = f"head_state_dict (an nn.Linear over the top layer's {H * D} outputs) "
         V = np.array(_shape(head, "weight", (weight.shape[0], H * D), top), dtype)
         if "bias" in head:

@@ -425,8 +425,10 @@ MODEL_BAD_CALLS = [
      ValueError, ("h0 must have shape (4, 2, 4)", "x of shape (2, 6, 5)", "got (4, 4)")),
     # the head against the top layer
     ("V of one direction's width", bptt_call(LSTM2._replace(V=np.zeros((C, H)))), ValueError,
-     ("params V must be (output_size, 8) to read the top layer's outputs",
-      "H=4 x 2 directions", "got (3, 4)")),
+     ("params V must be (output_size, 8) with output_size >= 1 to read the top layer's "
+      "outputs", "H=4 x 2 directions", "got (3, 4)")),
+    ("V of no rows", bptt_call(LSTM2._replace(V=np.zeros((0, 2 * H)), c=None)), ValueError,
+     ("params V must be (output_size, 8) with output_size >= 1", "got (0, 8)")),
     # c0 for a cell without one
     ("c0 for a GRU", bptt_call(GRU, c0=np.zeros((1, B, H))), ValueError,
      ("c0 is the LSTM's cell state; the gru cell has none", "pass c0=None")),

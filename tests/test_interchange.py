@@ -160,6 +160,9 @@ def test_bad_heads_and_kinds():
     with pytest.raises(ValueError, match=r"head_state_dict weight must be \(output_size, 2\)"
                                          r".*got shape \(\)"):
         fastbptt.from_torch(sd, {"weight": np.float64(1.0)})
+    with pytest.raises(ValueError, match=r"head_state_dict weight must be \(output_size, 2\) "
+                                         r"with output_size >= 1.*got shape \(0, 2\)"):
+        fastbptt.from_torch(sd, {"weight": np.zeros((0, H))})
     with pytest.raises(ValueError, match=r"weight_ih_l0 must be \(2, input_size\) with "
                                          r"input_size >= 1; got shape \(2, 0\)"):
         fastbptt.from_torch({**sd, "weight_ih_l0": np.zeros((H, 0))})

@@ -117,6 +117,49 @@ def test_masked_arrays_are_refused_naming_filled(entry, make, name):
     assert ("filled(-1)" in message) == (name == "y")
 
 
+class NeedsGrad:
+    """What a PyTorch tensor with requires_grad=True is to NumPy: an array it may not read."""
+    requires_grad = True
+
+    def __init__(self, array):
+        self.array = array
+
+    def detach(self):
+        return self.array
+
+    def __array__(self, dtype=None, copy=None):
+        raise RuntimeError("Can't call numpy() on Tensor that requires grad.")
+
+
+NEEDS_GRAD = [
+    ("x", lambda: (NeedsGrad(XD), Y, P32, {})),
+    ("h0", lambda: (X, Y, P32, {"h0": NeedsGrad(H0.astype(np.float32))})),
+    ("params W", lambda: (X, Y, P32._replace(W=NeedsGrad(P32.W)), {})),
+]
+
+
+@pytest.mark.parametrize("entry,name,make", [
+    pytest.param(entry, n, m, id=f"{entry}-{n}") for n, m in NEEDS_GRAD
+    for entry in ENTRIES + ["forward"]])
+def test_tensors_that_require_grad_are_refused_naming_detach(entry, name, make):
+    x, y, params, options = make()
+    with pytest.raises(TypeError) as info:
+        if entry == "forward":
+            fastbptt.forward(x, params, **options)
+        else:
+            call(entry, x, y, params, **options)
+    message = str(info.value)
+    assert message.startswith(f"{name} is a tensor that requires grad") and ".detach()" in message
+
+
+def test_torch_tensors_that_require_grad_are_refused_and_others_read():
+    torch = pytest.importorskip("torch", reason="needs PyTorch (the torch extra)")
+    grads = fastbptt.grad(X, Y, P32, h0=torch.from_numpy(H0.astype(np.float32)))
+    assert np.array_equal(grads.W, fastbptt.grad(X, Y, P32, h0=H0.astype(np.float32)).W)
+    with pytest.raises(TypeError, match=r"^h0 is a tensor that requires grad.*\.detach\(\)"):
+        fastbptt.grad(X, Y, P32, h0=torch.zeros(H0.shape, requires_grad=True))
+
+
 @pytest.mark.parametrize("temperature", [1e-320, 5e-324, 1e-300, 1e-30])
 def test_sampling_at_a_tiny_temperature_is_greedy(temperature):
     codec = Codec.from_text("abcdefgh")
