@@ -84,6 +84,17 @@ def test_an_inf_keeps_its_own_message():
         fastbptt.grad(put(XD, (0, 1, 2), np.inf), Y, P32)
 
 
+def type_error(entry, x, y, params, options):
+    """The message of the TypeError that an entry point ("forward" or one of ENTRIES)
+    raises for these arguments."""
+    with pytest.raises(TypeError) as info:
+        if entry == "forward":
+            fastbptt.forward(x, params, **options)
+        else:
+            call(entry, x, y, params, **options)
+    return str(info.value)
+
+
 def masked(array, where=0):
     mask = np.zeros(np.shape(array), bool)
     mask.reshape(-1)[where] = True
@@ -106,13 +117,7 @@ MASKED = [
     pytest.param(entry, m, n, id=f"{entry}-{i}") for i, m, n in MASKED
     for entry in ENTRIES + ["forward"] if not (entry == "forward" and n == "y")])
 def test_masked_arrays_are_refused_naming_filled(entry, make, name):
-    x, y, params, options = make()
-    with pytest.raises(TypeError) as info:
-        if entry == "forward":
-            fastbptt.forward(x, params, **options)
-        else:
-            call(entry, x, y, params, **options)
-    message = str(info.value)
+    message = type_error(entry, *make())
     assert message.startswith(f"{name} is a masked array") and ".filled(" in message
     assert ("filled(-1)" in message) == (name == "y")
 
@@ -142,13 +147,7 @@ NEEDS_GRAD = [
     pytest.param(entry, n, m, id=f"{entry}-{n}") for n, m in NEEDS_GRAD
     for entry in ENTRIES + ["forward"]])
 def test_tensors_that_require_grad_are_refused_naming_detach(entry, name, make):
-    x, y, params, options = make()
-    with pytest.raises(TypeError) as info:
-        if entry == "forward":
-            fastbptt.forward(x, params, **options)
-        else:
-            call(entry, x, y, params, **options)
-    message = str(info.value)
+    message = type_error(entry, *make())
     assert message.startswith(f"{name} is a tensor that requires grad") and ".detach()" in message
 
 
