@@ -355,7 +355,8 @@ def build_parser():
     b.add_argument("--no-peers", action="store_true",
                    help="time fastbptt alone (no documents' loop, PyTorch or JAX)")
     b.add_argument("--startup", action="store_true",
-                   help="also measure warm start, cold compile and W5 peak memory")
+                   help="also measure the warm start of each cell, the cold compile of "
+                        "each cell and dtype, and W5 peak memory (about 2 minutes)")
     b.add_argument("--plot", metavar="FILE.png",
                    help="bar chart of the speed ratios (needs matplotlib)")
     b.add_argument("--json", metavar="FILE", help="write every measurement as JSON")
