@@ -66,15 +66,23 @@ def _resume_hint(path, changes=""):
     return f"`fastbptt train --resume --checkpoint {path}{changes}`"
 
 
+def _kept(trainer, path):
+    """What is left when nothing could be saved: the last checkpoint, and how to resume."""
+    saved = trainer.last_saved
+    return f"nothing was saved over {path}" + (
+        f", which holds step {saved.step}: {_resume_hint(path)} continues from it"
+        if saved is not None else "")
+
+
 def failure(error, trainer, path, extra, guard):
     """The CommandError to raise for ``error`` from inside the training loop, after saving
     the last good state when the trainer holds one."""
     lr = trainer.options.lr
     if isinstance(error, NothingToSave):
-        saved = trainer.last_saved
-        return CommandError(f"{error}; nothing was saved over {path}" + (
-            f", which holds step {saved.step}: {_resume_hint(path)} continues from it"
-            if saved is not None else ""))
+        return CommandError(f"{error}; {_kept(trainer, path)}")
+    if trainer.blocks is None:          # a placement failed: no cursors, no state to save
+        return CommandError(f"{describe(error)} while the run was placed again; "
+                            f"{_kept(trainer, path)}")
     if isinstance(error, Diverged):
         return _diverged(error, trainer, path, lr)
     if not trainer.consistent:
@@ -87,7 +95,7 @@ def failure(error, trainer, path, extra, guard):
         return CommandError(f"{describe(error)} after step {trainer.step}, and {unsaved}")
     except BlockLost as lost:
         return CommandError(f"{describe(error)} after step {trainer.step}, and {lost} before "
-                            f"its cursors' states were saved; nothing was saved over {path}")
+                            f"its cursors' states were saved; {_kept(trainer, path)}")
     return CommandError(f"{describe(error)} after step {trainer.step}; the state after "
                         f"that step is saved in {path}, and {_resume_hint(path)} continues "
                         "from it")

@@ -325,12 +325,26 @@ class DaskBlocks:
             self.listener.close()
 
 
+def _count(name, value):
+    """A count of workers: a positive int (not a bool), else TypeError or ValueError."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be a whole number of workers; got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1 worker; got {value}")
+    return int(value)
+
+
 class Workers:
     """The workers of a Dask cluster that a run places its cursors on (``place``, a
     `fastbptt.train.Trainer` placement): at most ``want`` of them (all, for None), at most
     one per cursor."""
 
     def __init__(self, client, *, cluster=None, want=None, shared=False):
+        if not isinstance(client, _dask.Client):
+            raise TypeError(f"client must be a dask.distributed.Client; got "
+                            f"{type(client).__name__}")
+        if want is not None:
+            want = _count("want", want)
         self.client, self.cluster, self.want = client, cluster, want
         self.shared = shared               # the workers share this machine's memory
         self.placed = 0                    # workers the last placement used
@@ -344,6 +358,7 @@ class Workers:
         Dask sets OPENBLAS_NUM_THREADS=1 (and OMP_, MKL_) in this process's environment for
         the workers it spawns; this process's own thread count is fixed first, so that its
         BLAS keeps the count it had (fastbptt's default, one)."""
+        n = _count("n", n)
         ensure_default_threads()
         if quiet:
             _silence()
@@ -413,8 +428,14 @@ class Workers:
             self.cluster.close()
 
     def addresses(self):
-        """The workers in the cluster now, sorted."""
-        return sorted(self.client.scheduler_info()["workers"])
+        """The workers in the cluster now, sorted; `NothingToSave` when the scheduler is
+        gone (the client then knows no workers: KeyError; or it was closed)."""
+        try:
+            return sorted(self.client.scheduler_info()["workers"])
+        except (KeyError, RuntimeError, OSError) as error:
+            why = "it no longer answers" if isinstance(error, KeyError) else \
+                " ".join(str(error).split()) or type(error).__name__
+            raise NothingToSave(f"lost the connection to the Dask scheduler ({why})") from None
 
     def _available(self, need, wait):
         """At least ``need`` workers' addresses, waiting up to ``wait`` seconds for them,

@@ -107,6 +107,9 @@ class Trainer:
     @property
     def carried(self):
         """Every cursor's position and carried state after the last applied step."""
+        if self.blocks is None:
+            raise RuntimeError("the run's cursors are not placed (its last placement failed): "
+                               "call restore() again")
         return self.blocks.state(self.step)
 
     def train_step(self):

@@ -79,6 +79,19 @@ def test_two_workers_equal_one_process_and_resume_on_one_or_none(workers, tmp_pa
     on_one.close()
 
 
+def test_bad_worker_counts_and_clients_are_refused_naming_them(workers):
+    for bad, error in ((0, ValueError), (-1, ValueError), (True, TypeError), (2.5, TypeError),
+                       ("2", TypeError)):
+        with pytest.raises(error, match=r"^want must be"):
+            distributed.Workers(workers.client, want=bad)
+        with pytest.raises(error, match=r"^n must be"):
+            distributed.Workers.local(bad)
+    with pytest.raises(TypeError, match=r"^client must be a dask.distributed.Client; got "
+                                        r"NoneType"):
+        distributed.Workers(None)
+    assert distributed.Workers(workers.client, want=np.int64(1)).want == 1
+
+
 def test_blocks_in_one_process_add_up_to_one_block():
     """The split itself, without Dask: 3 uneven blocks of 7 cursors in this process."""
     def three(*args):
@@ -194,6 +207,20 @@ def stop(procs):
             proc.wait(timeout=30)
 
 
+def stop_mid_run(proc, path, procs):
+    """Once the run ``proc`` has saved step 100 in ``path``, stop ``procs`` (part of its
+    cluster); (its `Outcome`, the checkpoint's bytes just after the stop)."""
+    try:
+        wait_for_step(path, 100, proc)
+        stop(procs)
+        time.sleep(0.5)
+        kept = path.read_bytes()
+        return finish(proc), kept
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_train_on_a_cluster_of_dask_commands_then_lose_every_worker(tmp_path, dask_cluster):
     address, procs = dask_cluster
     write_corpus(tmp_path)
@@ -206,21 +233,35 @@ def test_train_on_a_cluster_of_dask_commands_then_lose_every_worker(tmp_path, da
 
     proc = start([*run, "--steps", "100000", "--checkpoint", "lost.npz"], tmp_path,
                  FASTBPTT_WORKER_WAIT="1")
-    try:
-        wait_for_step(tmp_path / "lost.npz", 100, proc)
-        stop(procs[1:])                                # every worker leaves
-        time.sleep(0.5)
-        kept = (tmp_path / "lost.npz").read_bytes()
-        outcome = finish(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    outcome, kept = stop_mid_run(proc, tmp_path / "lost.npz", procs[1:])  # every worker
     assert outcome.status == 1, outcome
     line = outcome.one_line("fastbptt train: no Dask worker is left in the cluster and none "
                             "joined within 1 s; nothing was saved over lost.npz, which holds "
                             "step ")
     assert "`fastbptt train --resume --checkpoint lost.npz` continues from it" in line
     assert (tmp_path / "lost.npz").read_bytes() == kept
+
+
+def test_a_lost_scheduler_ends_the_run_in_one_line_that_says_how_to_resume(tmp_path,
+                                                                            dask_cluster):
+    """The scheduler stops mid-run: status 1 and one line, whichever call notices first
+    (a step, placing the run again, or the save that fails after them), saying that the
+    checkpoint, untouched, holds the last saved step and how to go on from it."""
+    address, procs = dask_cluster
+    write_corpus(tmp_path)
+    proc = start(["train", "tiny.txt", *SMALL, "--sample-every", "0", "--scheduler", address,
+                  "--workers", "2", "--checkpoint-every", "50", "--steps", "100000",
+                  "--checkpoint", "gone.npz"], tmp_path, FASTBPTT_WORKER_WAIT="1")
+    try:
+        outcome, kept = stop_mid_run(proc, tmp_path / "gone.npz", procs[:1])  # the scheduler
+    finally:
+        stop(procs[1:])
+    assert outcome.status == 1, outcome
+    line = outcome.one_line("fastbptt train: ")
+    assert "unexpected" not in line and "nothing was saved over gone.npz, which holds step " \
+        in line, line
+    assert line.endswith("`fastbptt train --resume --checkpoint gone.npz` continues from it"), line
+    assert (tmp_path / "gone.npz").read_bytes() == kept
 
 
 def test_without_dask_the_options_name_the_extra(tmp_path, capsys, monkeypatch):
