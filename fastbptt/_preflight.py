@@ -17,8 +17,8 @@ from ._resume import describe_model
 from .checkpoint import check_target, load
 from .params import CELLS, leaf_shapes
 
-__all__ = ["output_file", "new_checkpoint", "plot_file", "memory", "model_memory", "corpus",
-           "model_bytes"]
+__all__ = ["output_file", "checkpoint_folder", "new_checkpoint", "plot_file", "memory",
+           "model_memory", "corpus", "model_bytes"]
 
 
 def output_file(path, option, *, make_folders=False):
@@ -28,6 +28,39 @@ def output_file(path, option, *, make_folders=False):
         check_target(path, make_folders=make_folders)
     except OSError as error:
         raise CommandError(f"{option} {path}: {describe(error)}") from None
+
+
+def checkpoint_folder(path, option="--checkpoint"):
+    """Make the missing folders of checkpoint ``path`` now, before any work, rather than at
+    its first save: the run's claim (`_checkpoint_claim`) lives in that folder, and a folder
+    name the file system refuses (too long, say) is refused here. Returns a function that
+    removes those folders again if they are still empty (the run saved nothing in them)."""
+    folder = os.path.dirname(os.path.realpath(path))
+    missing = []
+    while not os.path.lexists(folder):
+        missing.append(folder)              # deepest first
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+
+    def remove_if_empty():
+        for made in missing:
+            if not os.path.lexists(made):
+                continue                    # never made (a makedirs that failed on the way)
+            try:
+                os.rmdir(made)
+            except OSError:
+                return                      # not empty: it holds a checkpoint, or another run's
+
+    try:
+        if missing:
+            os.makedirs(missing[0])
+    except OSError as error:
+        remove_if_empty()
+        raise CommandError(f"{option} {path}: cannot make its folder {missing[0]}: "
+                           f"{describe(error)}") from None
+    return remove_if_empty
 
 
 def new_checkpoint(path, option="--checkpoint", *, overwrite=False):

@@ -164,10 +164,15 @@ def _start(args, given, say, claims):
             options.check()
         except ValueError as error:
             raise UsageError(str(error)) from None
+        if given.get("momentum") and options.optimizer != "sgd":
+            raise UsageError(f"--momentum applies to --optimizer sgd only; --optimizer "
+                             f"{options.optimizer} has its own (leave --momentum out)")
     if args.plot:
         _preflight.plot_file(args.plot)
     if resume is None:
         _preflight.output_file(args.checkpoint, "--checkpoint", make_folders=True)
+        # the folder, made now, holds the claim; it goes again if the run saves nothing
+        claims.callback(_preflight.checkpoint_folder(args.checkpoint))
         claims.enter_context(claimed(args.checkpoint))          # then nothing lands there
         _preflight.new_checkpoint(args.checkpoint, overwrite=args.overwrite)
         corpus, files = _load_corpus(args.files), list(args.files)

@@ -243,7 +243,8 @@ def _add_train(commands):
     g.add_argument("--lr-horizon", type=_option_type("horizon"), dest="horizon", metavar="STEP",
                    help="the step where the decay ends (--steps, else estimated); may "
                         "change on --resume")
-    g.add_argument("--momentum", type=_option_type("momentum"), help="SGD momentum (0)")
+    g.add_argument("--momentum", type=_option_type("momentum"),
+                   help="SGD momentum (0); the other optimizers refuse it")
     g.add_argument("--clip-norm", type=_nonnegative_float, dest="clip_norm",
                    help="clip the global gradient norm to this; 0 = off; may change on "
                         "--resume (off)")

@@ -311,6 +311,37 @@ def test_a_diverging_step_changes_nothing_in_the_trainer():
         np.testing.assert_array_equal(p, q)
 
 
+def test_a_new_checkpoint_folder_is_made_before_any_work_and_holds_the_claim(corpus,
+                                                                             tmp_path, capsys):
+    """A checkpoint in folders that do not exist yet: they are made before the run starts,
+    so that its claim holds (a second run on the path stops while the first one trains),
+    and a name the file system refuses stops the run before any work; a run that saves
+    nothing leaves none of the folders it made."""
+    ckpt = tmp_path / "new" / "deeper" / "run.npz"
+    first = start(train(corpus, ckpt, "--time", "60"), tmp_path)
+    try:
+        read_until(first, "training for")               # its checks are done, its claim held
+        assert main(train(corpus, ckpt, "--steps", "2")) == 1
+        line = stderr_line(capsys)
+        assert line.startswith(f"fastbptt train: --checkpoint {ckpt} is being written by "
+                               f"another fastbptt train (process {first.pid})"), line
+    finally:
+        first.terminate()                               # SIGTERM: it saves, then stops
+    assert finish(first).status == 143
+    checkpoint.load(ckpt)                               # its save, whatever step it reached
+
+    long = tmp_path / "out" / ("y" * 300) / "run.npz"
+    assert main(train(corpus, long, "--steps", "2")) == 1
+    line = stderr_line(capsys)
+    assert f"cannot make its folder {tmp_path / 'out' / ('y' * 300)}" in line \
+        and line.endswith("File name too long"), line
+    assert not (tmp_path / "out").exists()
+    unused = tmp_path / "unused" / "run.npz"
+    assert main(train(tmp_path / "no such text.txt", unused, "--steps", "2")) == 1
+    assert "no such text.txt" in stderr_line(capsys)
+    assert not (tmp_path / "unused").exists()
+
+
 @pytest.mark.parametrize("resume", [False, True])
 def test_a_second_run_on_a_claimed_checkpoint_stops_before_any_work(corpus, tmp_path, capsys,
                                                                     resume):

@@ -117,6 +117,19 @@ def test_a_gated_cell_takes_no_activation(corpus, tmp_path, capsys):
     assert "--activation relu applies to the Elman cell only" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "adagrad"])
+def test_momentum_is_for_sgd_only(corpus, tmp_path, capsys, optimizer):
+    assert main(args(corpus, tmp_path / "m.npz", "--optimizer", optimizer, "--momentum",
+                     "0.5", "--steps", "1")) == 2
+    assert (f"--momentum applies to --optimizer sgd only; --optimizer {optimizer} has its "
+            "own (leave --momentum out)") in capsys.readouterr().err
+    assert not (tmp_path / "m.npz").exists()
+    assert main(args(corpus, tmp_path / "m.npz", "--optimizer", optimizer, "--momentum", "0",
+                     "--steps", "1")) == 0
+    assert main(args(corpus, tmp_path / "s.npz", "--optimizer", "sgd", "--momentum", "0.5",
+                     "--steps", "1")) == 0
+
+
 def test_a_checkpoint_from_before_stacks_resumes_as_one_elman_layer(corpus, tmp_path,
                                                                     capsys):
     """Format 1 files have no cell, no layers and no cell state: they stay one Elman layer
