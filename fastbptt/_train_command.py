@@ -186,8 +186,9 @@ def _start(args, given, say, claims):
     train_ids, val_ids = codec.encode(train_text), codec.encode(val_text)
     _preflight.corpus(codec, train_ids, val_ids, options)
     _preflight.model_memory(options, len(codec))
-    if args.threads:
-        set_num_threads(args.threads)
+    threads = args.threads or _resumed_threads(resume, say)
+    if threads:
+        set_num_threads(threads)
     workers, where = _workers(dask, args, options) if dask else (None, "")
     try:
         trainer = _trainer(args, options, train_ids, codec, resume, workers)
@@ -229,6 +230,23 @@ def _decay_note(options, step, steps, say):
     after = f"to step {steps:,}" if steps else "from here"
     say(f"note: the learning rate decayed to {options.lr * options.lr_final:g} by step "
         f"{end:,} (--lr-horizon) and stays there {after}; --lr-horizon STEP moves that end")
+
+
+def _resumed_threads(resume, say):
+    """A resumed run's thread count when --threads is not given: the checkpoint's, so that
+    it goes on with the same sums (the same bits as a run that never stopped), or this
+    machine's CPU count where that is fewer, saying so. None for a new run, or a
+    checkpoint that does not say."""
+    from ._threads import MAX_THREADS
+
+    saved = None if resume is None else resume.options.get("threads")
+    if isinstance(saved, bool) or not isinstance(saved, int) or saved < 1:
+        return None
+    if saved > MAX_THREADS:
+        say(f"threads: {MAX_THREADS}, this machine's CPU count, where the checkpoint was "
+            f"written on {saved} (sums split across threads differ in their last bits)")
+        return MAX_THREADS
+    return saved
 
 
 def _trainer(args, options, train_ids, codec, resume, workers):

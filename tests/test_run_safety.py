@@ -8,9 +8,11 @@ import shutil
 import numpy as np
 import pytest
 
+from checkpoint_edits import edit_meta, rewrite
 from cli_processes import SMALL, finish, read_until, start, write_corpus
 from fastbptt import checkpoint
 from fastbptt.cli import main
+from fastbptt.params import leaves
 from fastbptt.text import Codec
 from fastbptt.train import Diverged, TrainOptions, Trainer
 
@@ -33,8 +35,9 @@ def stderr_line(capsys):
 
 def same_run(a, b):
     assert a.step == b.step and a.batcher == b.batcher and a.rng_state == b.rng_state
-    for x, y in zip(a.params, b.params):
-        np.testing.assert_array_equal(x, y)
+    assert leaves(a.params).keys() == leaves(b.params).keys()
+    for name, x in leaves(a.params).items():
+        np.testing.assert_array_equal(x, leaves(b.params)[name])
     assert a.optimizer.keys() == b.optimizer.keys()
     for key in a.optimizer:
         np.testing.assert_array_equal(a.optimizer[key], b.optimizer[key])
@@ -340,6 +343,35 @@ def test_a_new_checkpoint_folder_is_made_before_any_work_and_holds_the_claim(cor
     assert main(train(tmp_path / "no such text.txt", unused, "--steps", "2")) == 1
     assert "no such text.txt" in stderr_line(capsys)
     assert not (tmp_path / "unused").exists()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 CPUs for --threads 2")
+def test_a_resumed_run_keeps_the_thread_count_it_was_written_with(corpus, tmp_path):
+    """--resume without --threads goes on at the checkpoint's thread count, so that it is
+    the same bits as the run that never stopped (on one thread, the sums of a 2-thread run
+    differ in their last bits); a count beyond this machine's CPUs is said in a line."""
+    run = ["train", corpus, "--hidden", "16", "--seq-length", "10", "--batch", "4",
+           "--no-progress", "--sample-every", "0", "--lr-decay", "none"]
+
+    def train_run(*more):
+        done = finish(start([*run, *more], tmp_path))
+        assert done.status == 0, done
+        return done
+
+    train_run("--threads", "2", "--steps", "20", "--checkpoint", "whole.npz")
+    train_run("--threads", "2", "--steps", "10", "--checkpoint", "split.npz")
+    train_run("--resume", "--steps", "20", "--checkpoint", "split.npz")
+    whole, split = (checkpoint.load(tmp_path / n) for n in ("whole.npz", "split.npz"))
+    same_run(whole, split)
+    assert split.options["threads"] == 2
+
+    many = os.cpu_count() + 1
+    rewrite(tmp_path / "whole.npz", tmp_path / "many.npz",
+            edit_meta(lambda meta: meta["options"].update(threads=many)))
+    done = train_run("--resume", "--steps", "21", "--checkpoint", "many.npz")
+    assert (f"threads: {os.cpu_count()}, this machine's CPU count, where the checkpoint was "
+            f"written on {many}") in done.out
+    assert checkpoint.load(tmp_path / "many.npz").options["threads"] == os.cpu_count()
 
 
 @pytest.mark.parametrize("resume", [False, True])
