@@ -155,6 +155,7 @@ def _start(args, given, say, claims):
             raise UsageError("--overwrite starts a new run over --checkpoint's and --resume "
                              "continues it: give one of them")
         claims.enter_context(claimed(args.checkpoint))
+        ckpt_io.remove_stale_temporaries(args.checkpoint)
         resume = ckpt_io.load(args.checkpoint)
         options, changed = _resume.resumed_options(TrainOptions, resume.options, given,
                                                    args.checkpoint)
@@ -174,6 +175,7 @@ def _start(args, given, say, claims):
         # the folder, made now, holds the claim; it goes again if the run saves nothing
         claims.callback(_preflight.checkpoint_folder(args.checkpoint))
         claims.enter_context(claimed(args.checkpoint))          # then nothing lands there
+        ckpt_io.remove_stale_temporaries(args.checkpoint)
         _preflight.new_checkpoint(args.checkpoint, overwrite=args.overwrite)
         corpus, files = _load_corpus(args.files), list(args.files)
         codec = Codec.from_text(corpus.text)

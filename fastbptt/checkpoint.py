@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 import zipfile
 from dataclasses import dataclass, field
@@ -35,7 +36,8 @@ import numpy as np
 from .params import LeafError, from_leaves, leaves
 from .text import Codec
 
-__all__ = ["Checkpoint", "CheckpointError", "save", "load", "check_target"]
+__all__ = ["Checkpoint", "CheckpointError", "save", "load", "check_target",
+           "remove_stale_temporaries"]
 
 FORMAT = 2                   # what `save` writes
 READABLE = (1, 2)            # what `load` reads
@@ -123,6 +125,46 @@ def _new_file(folder, name):
         except FileExistsError:
             continue
     raise FileExistsError(f"could not create a temporary file in {folder}")
+
+
+def remove_stale_temporaries(path):
+    """Delete the temporary files that saves of ``path`` by processes no longer running
+    left beside it (a process killed outright in the middle of a save leaves its
+    ``.NAME.PID.N.tmp``, as large as the checkpoint); returns how many. For a caller that
+    holds the path's claim (`fastbptt._checkpoint_claim`), so that no other run is saving
+    it; the files of a process still running are kept."""
+    if os.name != "posix":                   # os.kill(pid, 0) would end the process there
+        return 0
+    target = os.path.realpath(os.fspath(path))
+    folder, name = os.path.split(target)
+    pattern = re.compile(rf"\.{re.escape(name)}\.(\d+)\.\d+\.tmp")
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return 0
+    removed = 0
+    for entry in entries:
+        match = pattern.fullmatch(entry)
+        if match and not _running(int(match[1])):
+            try:
+                os.unlink(os.path.join(folder, entry))
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def _running(pid):
+    """Whether process ``pid`` exists (this one included)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True                          # someone else's process: leave its file
+    return True
 
 
 def _sync_folder(folder):

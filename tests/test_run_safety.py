@@ -4,6 +4,8 @@ checkpoint and says where to go back; a corpus is
 recognised by its content; a resumed run may lower its learning rate or add clipping."""
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -343,6 +345,25 @@ def test_a_new_checkpoint_folder_is_made_before_any_work_and_holds_the_claim(cor
     assert main(train(tmp_path / "no such text.txt", unused, "--steps", "2")) == 1
     assert "no such text.txt" in stderr_line(capsys)
     assert not (tmp_path / "unused").exists()
+
+
+def test_a_run_removes_the_temporary_files_of_killed_saves_of_its_checkpoint(corpus, tmp_path):
+    """A process killed in the middle of a save leaves its temporary file; the next run on
+    that checkpoint, new or resumed, removes the ones of processes no longer running, and
+    only those of its own checkpoint."""
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)
+    dead = int(ended.stdout)
+    for resume in (False, True):
+        names = {f".run.npz.{dead}.0.tmp": False, f".run.npz.{dead}.3.tmp": False,
+                 f".run.npz.{os.getpid()}.0.tmp": True,     # a process still running
+                 f".other.npz.{dead}.0.tmp": True, f".run.npz.{dead}.x.tmp": True}
+        for name in names:
+            (tmp_path / name).write_bytes(b"half a checkpoint")
+        more = ("--resume",) if resume else ("--overwrite",)
+        assert main(train(corpus, tmp_path / "run.npz", "--steps", "2", *more)) == 0
+        assert {n: (tmp_path / n).exists() for n in names} == names
+    assert checkpoint.remove_stale_temporaries(tmp_path / "none" / "run.npz") == 0
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 CPUs for --threads 2")
