@@ -426,6 +426,18 @@ def test_host_values_are_checked_before_jax_narrows_them():
     assert h.shape == (2, 3, H) and float(jnp.abs(h[1, 1:]).max()) == 0
 
 
+def test_lengths_take_the_layer_apis_forms():
+    """[T] for one sequence and [] for none, as `fastbptt.layer` takes them."""
+    rng = np.random.default_rng(13)
+    p = draw("elman", rng)
+    x = rng.normal(size=(T, L))
+    h, h_final = fj.rnn(p, x, lengths=[4])
+    want = fastbptt.layer.forward(x, p, lengths=4)
+    assert_close((h, h_final), (want.h, want.h_final), 0)
+    h, h_final = fj.rnn(p, np.zeros((0, T, L)), lengths=[])
+    assert h.shape == (0, T, H) and h_final.shape == (0, H)
+
+
 def test_second_derivatives_are_refused_in_a_sentence():
     p = draw("lstm", np.random.default_rng(9))
     x = jnp.asarray(np.random.default_rng(10).normal(size=(2, 3, L)))

@@ -315,6 +315,10 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     c0 = _state_check("c0", c0, final.shape, dtype)
     if lengths is not None:
         lengths = jnp.asarray(lengths if given_lengths is None else given_lengths)
+        if lengths.size == 0:               # [] for no sequences: no values, any dtype
+            lengths = lengths.astype(jnp.int32)
+        if seqs == () and lengths.shape == (1,):      # [T] for one sequence, as fastbptt.layer
+            lengths = lengths.reshape(())
         if lengths.shape != seqs or not jnp.issubdtype(lengths.dtype, jnp.integer):
             raise ValueError(f"lengths must hold integers, shape {seqs} (one per sequence "
                              f"of x); got {lengths.shape} {lengths.dtype}")
