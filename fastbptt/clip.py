@@ -15,12 +15,35 @@ def _arrays(grads):
 
 
 def global_norm(grads):
-    """sqrt of the sum of squares of every entry of every gradient (a Python float)."""
+    """sqrt of the sum of squares of every entry of every gradient (a Python float).
+
+    Each array's sum runs in its dtype; one whose squares overflow it (float32 entries
+    beyond about 1e19) is summed again in float64, scaled by its largest entry, so that
+    only entries that are themselves inf or NaN give an inf or NaN norm."""
     total = 0.0
     for a in _arrays(grads):
         flat = a.reshape(-1)
-        total += float(np.dot(flat, flat))
+        with np.errstate(over="ignore", invalid="ignore"):   # an overflow: summed again
+            part = float(np.dot(flat, flat))
+        if not math.isfinite(part):
+            top = float(np.max(np.abs(flat))) if flat.size else 0.0
+            if math.isfinite(top) and top > 0:
+                scaled = flat.astype(np.float64) / top
+                part = top * top * float(np.dot(scaled, scaled))
+        total += part
     return math.sqrt(total)
+
+
+def _bound(name, value):
+    """None, or a number above 0 as float (TypeError or ValueError naming it)."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)) \
+            or isinstance(value, complex):
+        raise TypeError(f"{name} must be a number or None; got {type(value).__name__}")
+    if not value > 0:
+        raise ValueError(f"{name} must be positive (None: no clipping); got {value}")
+    return float(value)
 
 
 def clip_grads(grads, *, max_norm=None, max_value=None):
@@ -34,20 +57,16 @@ def clip_grads(grads, *, max_norm=None, max_value=None):
     Both may be given: the norm scaling comes first, then the element-wise clip. The
     returned norm is always that of the gradients as passed.
     """
+    max_norm, max_value = _bound("max_norm", max_norm), _bound("max_value", max_value)
     arrays = _arrays(grads)
     for a in arrays:
         if not a.flags.writeable:
             raise ValueError("clip_grads clips in place; got a read-only gradient array")
     norm = global_norm(grads)
-    if max_norm is not None:
-        if not max_norm > 0:
-            raise ValueError(f"max_norm must be positive; got {max_norm}")
-        if norm > max_norm:
-            for a in arrays:
-                a *= a.dtype.type(max_norm / norm)
+    if max_norm is not None and norm > max_norm:
+        for a in arrays:
+            a *= a.dtype.type(max_norm / norm)
     if max_value is not None:
-        if not max_value > 0:
-            raise ValueError(f"max_value must be positive; got {max_value}")
         for a in arrays:
             np.clip(a, -max_value, max_value, out=a)
     return norm

@@ -36,6 +36,16 @@ def _epsilon(value):
     return float(value)
 
 
+def _eps_in(value, dtype, eps=None):
+    """ValueError when eps (as the update uses it: ``value``) is 0 in ``dtype``, where a
+    zero gradient would then divide 0 by 0."""
+    if not dtype.type(value) > 0:
+        eps = value if eps is None else eps
+        raise ValueError(f"eps {eps:g} is 0 in {dtype} and a zero gradient would make the "
+                         f"weights NaN: use eps of at least {float(np.finfo(dtype).tiny):g} "
+                         "for these params (1e-8 is the usual value)")
+
+
 _SQUARES = ("sum_sq", "v")       # buffers that sum squares: never negative
 
 
@@ -63,9 +73,15 @@ def _pairs(params, grads):
         if not isinstance(value, np.ndarray) or not value.flags.writeable:
             raise TypeError(f"params {name!r} must be a writeable NumPy array to update "
                             f"in place; got {type(value).__name__}")
+        if value.dtype not in (np.float32, np.float64):
+            raise TypeError(f"params {name!r} must hold float32 or float64 to be updated; "
+                            f"got {value.dtype}")
         if np.shape(gradient) != value.shape:
             raise ValueError(f"grads {name!r} is {np.shape(gradient)} but params {name!r} "
                              f"is {value.shape}")
+        gradient = np.asarray(gradient)
+        if gradient.dtype.kind not in "iuf":
+            raise TypeError(f"grads {name!r} must hold real numbers; got {gradient.dtype}")
         yield name, value, np.asarray(gradient, dtype=value.dtype)
 
 
@@ -96,9 +112,20 @@ class Optimizer:
     def step(self, params, grads):
         """Update every array of ``params`` in place from ``grads`` (same structure or any)."""
         pairs = list(_pairs(params, grads))     # every check passes before anything changes
+        for name, p, _ in pairs:
+            for key, buffer in self.state.get(name, {}).items():
+                if buffer.shape != p.shape:
+                    raise ValueError(
+                        f"the optimizer's {key}.{name} is {buffer.shape} but params {name!r} "
+                        f"is {p.shape}: its state is another model's (give these params a "
+                        f"new optimizer, or load_state_dict the state saved with them)")
+            self._check_dtype(p.dtype)
         self.t += 1
         for name, p, g in pairs:
             self._update(name, p, g)
+
+    def _check_dtype(self, dtype):
+        """ValueError when an option would round to nothing in ``dtype``."""
 
     def _update(self, name, p, g):
         raise NotImplementedError
@@ -112,10 +139,18 @@ class Optimizer:
         return out
 
     def load_state_dict(self, state):
-        """Restore what `state_dict` returned (arrays are copied). ValueError, with nothing
+        """Restore what `state_dict` returned (arrays are copied; numbers may come as 0-d
+        arrays, as after ``np.savez`` and ``np.load``). ValueError, with nothing
         changed, for a state this optimizer could not have written: another kind, an
         option out of its range, a step count that is not a whole number >= 0, a buffer
         that is not finite floats (or negative where it sums squares)."""
+        if not hasattr(state, "items"):
+            raise TypeError(f"state must be a dict from state_dict(); got "
+                            f"{type(state).__name__}")
+        state = {key: value.item() if isinstance(value, np.ndarray) and value.ndim == 0
+                 and "." not in key else value for key, value in state.items()}
+        if "kind" not in state:
+            raise ValueError("state has no 'kind': it is not an optimizer's state_dict()")
         kind = str(state["kind"])
         if kind != self.kind:
             raise ValueError(f"state is for optimizer {kind!r}, not {self.kind!r}")
@@ -199,6 +234,9 @@ class Adagrad(Optimizer):
     def _options(self):
         return {"eps": self.eps}
 
+    def _check_dtype(self, dtype):
+        _eps_in(self.eps, dtype)
+
     def _update(self, name, p, g):
         mem = self._buffer(name, "sum_sq", p)
         mem += g * g
@@ -225,6 +263,9 @@ class Adam(Optimizer):
 
     def _options(self):
         return {"beta1": self.beta1, "beta2": self.beta2, "eps": self.eps}
+
+    def _check_dtype(self, dtype):
+        _eps_in(self.eps * np.sqrt(1 - self.beta2 ** (self.t + 1)), dtype, self.eps)
 
     def _update(self, name, p, g):
         # lr_t = lr sqrt(1 - b2^t) / (1 - b1^t) folds both corrections into one scale;

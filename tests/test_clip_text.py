@@ -52,6 +52,29 @@ def test_clip_rejects_bad_limits():
         fastbptt.clip_grads(g, max_value=-1.0)
 
 
+def test_bad_limits_are_refused_before_any_gradient_changes():
+    g = grads_of([[30.0, 0.0]], [[40.0]], [[0.0]])
+    with pytest.raises(ValueError, match="max_value must be positive"):
+        fastbptt.clip_grads(g, max_norm=0.1, max_value=-1)
+    np.testing.assert_array_equal(g.U, [[30.0, 0.0]])
+    for bad in ("1", True, 1j):
+        with pytest.raises(TypeError, match="max_norm must be a number or None"):
+            fastbptt.clip_grads(g, max_norm=bad)
+    with pytest.raises(ValueError, match="max_norm must be positive"):
+        fastbptt.clip_grads(g, max_norm=float("nan"))
+
+
+def test_the_norm_of_float32_gradients_whose_squares_overflow():
+    """Entries of 1e20 square beyond float32: the norm is summed again in float64, and
+    clipping scales them instead of zeroing them."""
+    g = fastbptt.Params(np.full((2, 3), 1e20, np.float32), np.zeros((2, 2), np.float32),
+                        np.full((3, 2), 1e-3, np.float32))
+    norm = fastbptt.clip_grads(g, max_norm=1.0)
+    assert norm == pytest.approx(np.sqrt(6) * 1e20, rel=1e-6)
+    np.testing.assert_allclose(g.U, 1 / np.sqrt(6), rtol=1e-6)
+    assert fastbptt.clip.global_norm(g._replace(W=np.full((2, 2), np.inf, np.float32))) == np.inf
+
+
 def test_codec_round_trip_and_serialisation():
     text = "def f(x):\n    return x * 2  # café ✓\n"
     codec = Codec.from_text(text)

@@ -187,3 +187,68 @@ def test_a_bad_step_changes_nothing():
 def test_learning_rate_is_checked(lr, error):
     with pytest.raises(error, match="lr must be"):
         fastbptt.optim.SGD(lr)
+
+
+@pytest.mark.parametrize("kind,opts", [("adam", {}), ("adagrad", {}),
+                                       ("sgd", {"momentum": 0.9})])
+def test_a_state_of_other_shapes_is_refused_before_anything_changes(kind, opts):
+    """State kept for one model, then params of another (a step, or a state loaded from
+    another run): ValueError naming the buffer and both shapes, nothing written (Adam's
+    one-pass kernel would otherwise run past its buffers)."""
+    small = fastbptt.init_params(5, 4, 5, seed=0)
+    opt = make_optimizer(kind, 1e-3, **opts)
+    opt.step(small, fastbptt.init_params(5, 4, 5, seed=1))
+    for other in (opt, make_optimizer(kind, 1e-3, **opts)):
+        if other is not opt:
+            other.load_state_dict(opt.state_dict())
+        big = fastbptt.init_params(5, 64, 5, seed=0)
+        before = [a.copy() for a in big]
+        with pytest.raises(ValueError, match=r"the optimizer's \w+\.U is \(4, 5\) but params "
+                                             r"'U' is \(64, 5\): its state is another model's"):
+            other.step(big, fastbptt.init_params(5, 64, 5, seed=1))
+        assert other.t == 1 and all(np.array_equal(a, b) for a, b in zip(big, before))
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adagrad", "adam"])
+def test_params_that_are_not_floats_or_grads_that_are_not_real_are_refused(kind):
+    ints = fastbptt.Params(np.ones((4, 5), int), np.ones((4, 4), int), np.ones((5, 4), int))
+    grads = fastbptt.init_params(5, 4, 5, seed=1)
+    opt = make_optimizer(kind, 0.5)
+    with pytest.raises(TypeError, match=r"params 'U' must hold float32 or float64 to be "
+                                        r"updated; got int64"):
+        opt.step(ints, grads)
+    assert opt.t == 0 and opt.state == {} and (ints.U == 1).all()
+    params = fastbptt.init_params(5, 4, 5, seed=0)
+    with pytest.raises(TypeError, match=r"grads 'U' must hold real numbers; got complex64"):
+        opt.step(params, grads._replace(U=grads.U + 1j))
+
+
+@pytest.mark.parametrize("kind", ["adagrad", "adam"])
+def test_an_eps_that_is_zero_in_the_params_dtype_is_refused(kind):
+    """eps 1e-50 is 0 in float32, where a zero gradient would give 0 / 0 = NaN weights;
+    in float64 it is a number."""
+    p32 = fastbptt.init_params(5, 4, 5, seed=0)
+    zeros = p32._replace(**{k: np.zeros_like(v) for k, v in p32._asdict().items()})
+    opt = make_optimizer(kind, 0.1, eps=1e-50)
+    with pytest.raises(ValueError, match=r"eps 1e-50 is 0 in float32 .* use eps of at least "):
+        opt.step(p32, zeros)
+    assert opt.t == 0
+    p64 = fastbptt.init_params(5, 4, 5, dtype=np.float64, seed=0)
+    opt.step(p64, p64._replace(**{k: np.zeros_like(v) for k, v in p64._asdict().items()}))
+    assert all(np.isfinite(a).all() for a in p64)
+
+
+def test_a_state_saved_with_numpy_loads_and_a_state_without_kind_is_refused(tmp_path):
+    opt = Adam(1e-3)
+    params = fastbptt.init_params(5, 4, 5, seed=0)
+    opt.step(params, fastbptt.init_params(5, 4, 5, seed=1))
+    np.savez(tmp_path / "opt.npz", **opt.state_dict())
+    with np.load(tmp_path / "opt.npz") as saved:
+        again = Adam(1e-2)
+        again.load_state_dict(dict(saved))
+    assert (again.t, again.lr, again.kind) == (1, 1e-3, "adam")
+    np.testing.assert_array_equal(again.state["U"]["m"], opt.state["U"]["m"])
+    with pytest.raises(ValueError, match="state has no 'kind'"):
+        Adam(1e-3).load_state_dict({})
+    with pytest.raises(TypeError, match="state must be a dict from state_dict"):
+        Adam(1e-3).load_state_dict(None)

@@ -14,7 +14,10 @@ from ._jit import jit
 def adam_update(p, g, m, v, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, scale):
     """For 1-D arrays: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g²;
     p -= scale m / (sqrt(v) + eps); the scalars are of the arrays' dtype."""
-    for i in range(p.shape[0]):
+    n = p.shape[0]
+    if g.shape[0] != n or m.shape[0] != n or v.shape[0] != n:
+        raise ValueError("adam_update: p, g, m and v must have the same length")
+    for i in range(n):
         gi = g[i]
         mi = m[i] * beta1 + one_minus_beta1 * gi
         vi = v[i] * beta2 + one_minus_beta2 * (gi * gi)
