@@ -45,6 +45,11 @@ def _model(params):
                          "reads the characters that are still to be drawn")
     if model.V is None:
         raise ValueError("params have no output layer (V) to draw characters from")
+    L, C = model.layers[0][0].U.shape[1], model.V.shape[0]
+    if C != L:
+        raise ValueError(f"a model that generates text reads each character it draws: its "
+                         f"output size (V {model.V.shape}: {C}) must equal its input size "
+                         f"(U {model.layers[0][0].U.shape}: {L})")
     if not all(np.isfinite(a).all() for a in leaves(model).values()):
         raise ValueError("params hold a non-finite value (NaN or inf): a model that "
                          "diverged cannot be sampled")
@@ -113,6 +118,10 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
 def sample(params, codec, *, prime="", chars=200, temperature=1.0, rng=None,
            activation="tanh"):
     """``chars`` characters continuing ``prime`` (the prime itself is not included)."""
+    size = _model(params)[0].V.shape[0]
+    if size != len(codec):
+        raise ValueError(f"the model draws from {size} characters, the codec has "
+                         f"{len(codec)}: sample with the codec the model was trained with")
     ids, _, _ = sample_ids(params, codec.encode(prime), chars, temperature=temperature,
                            rng=rng, activation=activation)
     return codec.decode(ids)

@@ -67,8 +67,16 @@ class Codec:
         return ids
 
     def decode(self, ids):
-        """The text of ``ids``."""
-        return "".join(self.chars[int(i)] for i in np.asarray(ids).reshape(-1))
+        """The text of ``ids``: integers in [0, len(self)) (ValueError for others, such as
+        the -1 that marks a step without loss in targets)."""
+        ids = np.asarray(ids).reshape(-1)
+        if ids.size and ids.dtype.kind not in "iu":
+            raise TypeError(f"ids must be integers; got {ids.dtype}")
+        bad = ids[(ids < 0) | (ids >= len(self.chars))] if ids.size else ids
+        if bad.size:
+            raise ValueError(f"ids must lie in [0, {len(self.chars)}) for this codec's "
+                             f"{len(self.chars)} characters; got {bad[0]}")
+        return "".join(self.chars[int(i)] for i in ids)
 
 
 def unigram_entropy(ids, size):

@@ -75,6 +75,17 @@ def test_the_norm_of_float32_gradients_whose_squares_overflow():
     assert fastbptt.clip.global_norm(g._replace(W=np.full((2, 2), np.inf, np.float32))) == np.inf
 
 
+def test_codec_decodes_only_its_own_ids():
+    codec = Codec.from_text("hello world")
+    assert codec.decode(codec.encode("low")) == "low" and codec.decode([]) == ""
+    for bad in ([-1], [len(codec)], [99]):              # -1: a target step without loss
+        with pytest.raises(ValueError, match=rf"ids must lie in \[0, {len(codec)}\) .*; "
+                                             rf"got {bad[0]}"):
+            codec.decode(bad)
+    with pytest.raises(TypeError, match="ids must be integers; got float64"):
+        codec.decode([1.7])
+
+
 def test_codec_round_trip_and_serialisation():
     text = "def f(x):\n    return x * 2  # café ✓\n"
     codec = Codec.from_text(text)

@@ -159,6 +159,18 @@ def test_torch_tensors_that_require_grad_are_refused_and_others_read():
         fastbptt.grad(X, Y, P32, h0=torch.zeros(H0.shape, requires_grad=True))
 
 
+def test_sampling_needs_a_model_that_reads_what_it_draws_and_its_own_codec():
+    codec = Codec.from_text("abcdefg")
+    wider = fastbptt.init_params(7, 8, 10, seed=0)            # draws 10, reads 7
+    with pytest.raises(ValueError, match=r"output size \(V \(10, 8\): 10\) must equal its "
+                                         r"input size \(U \(8, 7\): 7\)"):
+        fastbptt.sample(wider, codec, prime="a", chars=50, temperature=100,
+                        rng=np.random.default_rng(0))
+    other = fastbptt.init_params(10, 8, 10, seed=0)
+    with pytest.raises(ValueError, match="the model draws from 10 characters, the codec has 7"):
+        fastbptt.sample(other, codec, prime="a", chars=5)
+
+
 @pytest.mark.parametrize("temperature", [1e-320, 5e-324, 1e-300, 1e-30])
 def test_sampling_at_a_tiny_temperature_is_greedy(temperature):
     codec = Codec.from_text("abcdefgh")
