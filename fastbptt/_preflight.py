@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ._command_errors import CommandError, describe
+from ._command_errors import CommandError, UsageError, describe
 from ._resume import describe_model
 from .checkpoint import check_target, load
 from .params import CELLS, leaf_shapes
@@ -21,11 +21,17 @@ __all__ = ["output_file", "checkpoint_folder", "new_checkpoint", "plot_file", "m
            "model_memory", "corpus", "model_bytes"]
 
 
+_EXAMPLES = {"--checkpoint": "run.npz", "--json": "bench.json", "--plot": "bench.png"}
+
+
 def output_file(path, option, *, make_folders=False):
     """``path`` (given as ``option``) can be written: its folder exists (or, with
     ``make_folders``, can be made) and takes a new file."""
+    if not os.fspath(path).strip():
+        raise UsageError(f"{option} needs a file name; got {os.fspath(path)!r}")
     try:
-        check_target(path, make_folders=make_folders)
+        check_target(path, make_folders=make_folders,
+                     example=_EXAMPLES.get(option, "out" + os.path.splitext(path)[1]))
     except OSError as error:
         raise CommandError(f"{option} {path}: {describe(error)}") from None
 
@@ -104,12 +110,22 @@ def plot_file(path, option="--plot"):
         from matplotlib.figure import Figure
     except ImportError:
         raise CommandError(f"{option} needs matplotlib: pip install 'fastbptt[plot]'") from None
+    if not os.fspath(path).strip():
+        raise UsageError(f"{option} needs a file name; got {os.fspath(path)!r}")
     formats = Figure().canvas.get_supported_filetypes()
     ext = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
     if ext not in formats:
         kind = f".{ext} files" if ext else "a file name without an extension"
         raise CommandError(f"{option} {path}: matplotlib cannot write {kind}; use one of "
                            f"{', '.join('.' + f for f in sorted(formats))}")
+    if ext == "pgf":                        # matplotlib runs LaTeX to write it
+        import shutil
+
+        from matplotlib import rcParams
+        tex = rcParams["pgf.texsystem"]
+        if shutil.which(tex) is None:
+            raise CommandError(f"{option} {path}: matplotlib writes .pgf files with "
+                               f"{tex}, which is not installed; use .pdf or .svg")
     output_file(path, option)
 
 

@@ -201,18 +201,19 @@ def _refuse_special(target, named=True):
         return                              # nothing there (the folder is checked apart)
     if not stat.S_ISREG(kind) and not stat.S_ISDIR(kind):
         raise OSError(errno.EEXIST, "that is a device, FIFO or socket, not a file; give the "
-                      "name of a file to write the checkpoint to", *([target] if named else []))
+                      "name of a file to write to", *([target] if named else []))
 
 
-def check_target(path, *, make_folders=True):
+def check_target(path, *, make_folders=True, example="run.npz"):
     """Raise OSError unless a file can be written at ``path`` the way `save` writes one,
     for checks before work that ends in a save. Creates nothing that stays: missing
     folders (which `save` creates, when ``make_folders``) are checked by a probe in
-    their nearest existing ancestor. The messages do not repeat the path."""
+    their nearest existing ancestor. The messages do not repeat the path; ``example``
+    is the file name a folder given as ``path`` is told to add."""
     target = os.path.realpath(os.fspath(path))
     if os.path.isdir(target):
         raise IsADirectoryError(f"that is a folder; give a file name, e.g. "
-                                f"{os.path.join(os.fspath(path), 'run.npz')}")
+                                f"{os.path.join(os.fspath(path), example)}")
     _refuse_special(target, named=False)
     folder = os.path.dirname(target)
     base = _existing_ancestor(folder)

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from ._command_errors import interrupted, run_command
+from ._command_errors import UsageError, interrupted, run_command
 from ._ranges import Range
 
 
@@ -76,6 +76,19 @@ def bench(args):
     from .bench import report, runner
     from .bench.workloads import DEFAULT
 
+    if args.distributed or ((args.torch or args.jax) and not args.workloads):
+        what = "--distributed" if args.distributed else " and ".join(
+            flag for flag, given in (("--torch", args.torch), ("--jax", args.jax)) if given)
+        ignored = [flag for flag, value in (("--json", args.json), ("--plot", args.plot),
+                                            ("--startup", args.startup or None))
+                   if value is not None]
+        if args.distributed and args.workloads:
+            ignored.insert(0, "--workloads")
+        if ignored:
+            raise UsageError(f"{' and '.join(ignored)} cannot be used with {what}" + (
+                " (it prints its own table)" if args.distributed else
+                " alone (it prints its own table); add --workloads to time the workloads "
+                "as well"))
     if args.distributed:
         from ._train_command import distributed_module
         distributed_module("--distributed")
@@ -84,9 +97,9 @@ def bench(args):
         distributed.run()
         return 0
 
-    if args.plot:                               # fail before minutes of measuring
+    if args.plot is not None:                   # fail before minutes of measuring
         _preflight.plot_file(args.plot)
-    if args.json:
+    if args.json is not None:
         _preflight.output_file(args.json, "--json")
     if args.torch or args.jax:
         from .bench import bridge_steps

@@ -4,6 +4,7 @@ line that is wrong by itself, 1 for any other failure. Each case runs through
 subcommand) also as real processes. (Signals: test_signals.py; failures inside a
 training run: test_run_safety.py.)"""
 import os
+import shutil
 import stat
 
 import numpy as np
@@ -90,6 +91,14 @@ USAGE = [
     (["bench", "--workloads", "W9"], "argument --workloads: unknown workload 'W9'",
      PROCESS),
     (["bench", "--repeat", "0"], "argument --repeat"),
+    (["bench", "--json", ""], "--json needs a file name; got ''"),
+    (["bench", "--plot", " "], "--plot needs a file name; got ' '"),
+    (["bench", "--torch", "--json", "t.json"], "--json cannot be used with --torch alone (it "
+     "prints its own table); add --workloads to time the workloads as well"),
+    (["bench", "--torch", "--jax", "--plot", "t.png", "--startup"],
+     "--plot and --startup cannot be used with --torch and --jax alone"),
+    (["bench", "--distributed", "--workloads", "W2"],
+     "--workloads cannot be used with --distributed (it prints its own table)"),
 ]
 
 
@@ -193,7 +202,8 @@ def failures(folder):
         (["sample", "int_W.npz"], "params.W is a 2-D int64 array"),
         (["sample", "no_step.npz"], "'meta' has no 'step'"),
         (["sample", "tiny.txt"], "tiny.txt is not a fastbptt checkpoint (not an .npz file"),
-        (["bench", "--json", "folder"], "--json folder: that is a folder"),
+        (["bench", "--json", "folder"], "--json folder: that is a folder; give a file name, "
+                                        "e.g. folder/bench.json"),
         (["bench", "--json", "nodir/out.json"], "its folder", PROCESS),
         (["demo", "--hidden", "1000000"], "--hidden 1000000 --vocab 65 --batch 1 --steps 100 "
                                           "(weights and gradients of the kernels and the "
@@ -205,6 +215,9 @@ def failures(folder):
             os.mkfifo(fifo)
         cases.append((["train", "tiny.txt", *SMALL, "--checkpoint", "fifo"],
                       "--checkpoint fifo: that is a device, FIFO or socket, not a file"))
+    if _has_matplotlib() and shutil.which("xelatex") is None:
+        cases.append((["bench", "--plot", "x.pgf"], "--plot x.pgf: matplotlib writes .pgf files "
+                      "with xelatex, which is not installed; use .pdf or .svg"))
     locked = _unwritable_folder(folder)
     if locked is not None:
         cases.append((["train", "tiny.txt", *SMALL, "--checkpoint", f"{locked}/c.npz"],
