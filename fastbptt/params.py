@@ -362,12 +362,21 @@ def leaves(params):
             if value is not None:
                 out[name] = value
         return out
+    if _is_layer_sequence(params):
+        params = Layer(*params)
     if isinstance(params, Layer) or (isinstance(params, dict) and "V" not in params
                                      and "U" in params):
         layer, _ = _layer_entry(params, "params")
         return {k: v for k, v in zip(LAYER_NAMES, layer) if v is not None}
     p, _ = read_structure(params)
     return {k: v for k, v in zip(NAMES, p) if v is not None}
+
+
+def _is_layer_sequence(params):
+    """A plain tuple or list that is one layer, (U, W[, b[, bh]]): 2 or 4 entries, or 3
+    whose last is a vector (a bias b; a head's V is a matrix)."""
+    return type(params) in (tuple, list) and (
+        len(params) in (2, 4) or (len(params) == 3 and np.ndim(params[2]) == 1))
 
 
 _STACK_LEAF = re.compile(r"layers\.(0|[1-9][0-9]*)\.([01])\.(U|W|b|bh)\Z")

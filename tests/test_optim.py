@@ -252,3 +252,29 @@ def test_a_state_saved_with_numpy_loads_and_a_state_without_kind_is_refused(tmp_
         Adam(1e-3).load_state_dict({})
     with pytest.raises(TypeError, match="state must be a dict from state_dict"):
         Adam(1e-3).load_state_dict(None)
+
+
+@pytest.mark.parametrize("gates,bias", [(1, False), (1, True), (3, True)])
+def test_layers_given_as_tuples_step_and_clip(gates, bias):
+    """A layer as (U, W), (U, W, b) or a GRU's (U, W, b, bh), as fastbptt.layer takes it:
+    its gradients come back as the same tuple, and the optimizers and clipping read its
+    entries by their names (b is not the head's V)."""
+    rng = np.random.default_rng(3)
+    H = 4
+    layer = [rng.normal(size=(gates * H, 3)), rng.normal(size=(gates * H, H))]
+    if bias:
+        layer.append(rng.normal(size=gates * H))
+        if gates == 3:
+            layer.append(rng.normal(size=gates * H))
+    layer = tuple(layer)
+    out, back = fastbptt.layer.vjp(rng.normal(size=(2, 5, 3)), layer)
+    grads = back(rng.normal(size=(2, 5, H))).grads
+    names = ["U", "W", "b", "bh"][:len(layer)]
+    assert list(fastbptt.params.leaves(grads)) == names
+    before = [a.copy() for a in layer]
+    fastbptt.clip_grads(grads, max_norm=1.0)
+    opt = Adam(0.01)
+    opt.step(layer, grads)
+    assert sorted(k for k in opt.state_dict() if k.startswith("m.")) == \
+        sorted(f"m.{n}" for n in names)
+    assert all(not np.array_equal(a, b) for a, b in zip(layer, before))
