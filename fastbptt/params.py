@@ -161,6 +161,9 @@ def init_params(input_size, hidden_size, output_size, *, cell="elman", num_layer
         raise TypeError(f"dtype must be float32 or float64 (np.float32, 'float64', ...); "
                         f"got {dtype!r}")
     dtype = np.dtype(dtype)
+    if isinstance(seed, (bool, np.bool_)):
+        raise TypeError(f"seed must be None, a non-negative int or a numpy Generator; got "
+                        f"{seed!r}")
     try:
         rng = np.random.default_rng(seed)
     except (TypeError, ValueError) as error:

@@ -80,6 +80,9 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
     drawn from softmax(o / temperature) by inverting the cumulative distribution at
     ``rng.random()``, so the same generator state gives the same ids.
     """
+    if isinstance(temperature, (bool, np.bool_)) or \
+            not isinstance(temperature, (int, float, np.integer, np.floating)):
+        raise TypeError(f"temperature must be a number; got {type(temperature).__name__}")
     if not temperature > 0:
         raise ValueError(f"temperature must be positive; got {temperature}")
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
@@ -87,7 +90,14 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose from "
                          f"{', '.join(ACTIVATIONS)}")
-    rng = np.random.default_rng(rng)
+    if isinstance(rng, (bool, np.bool_)):
+        raise TypeError(f"rng must be None, a non-negative int seed or a numpy Generator; "
+                        f"got {rng!r}")
+    try:
+        rng = np.random.default_rng(rng)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"rng must be None, a non-negative int seed or a numpy Generator; "
+                          f"got {rng!r} ({error})") from None
     model, stacked = _model(params)
     h, c = _start(model, stacked, h0, c0)
     prime_ids = np.asarray(prime_ids, np.int64).reshape(-1)
@@ -118,6 +128,8 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
 def sample(params, codec, *, prime="", chars=200, temperature=1.0, rng=None,
            activation="tanh"):
     """``chars`` characters continuing ``prime`` (the prime itself is not included)."""
+    if not isinstance(prime, str):
+        raise TypeError(f"prime must be a str; got {type(prime).__name__}")
     size = _model(params)[0].V.shape[0]
     if size != len(codec):
         raise ValueError(f"the model draws from {size} characters, the codec has "

@@ -171,6 +171,23 @@ def test_sampling_needs_a_model_that_reads_what_it_draws_and_its_own_codec():
         fastbptt.sample(other, codec, prime="a", chars=5)
 
 
+
+def test_sampling_and_init_arguments_of_the_wrong_kind_name_themselves():
+    codec = Codec.from_text("abcdefg")
+    params = fastbptt.init_params(7, 8, 7, seed=0)
+    for kwargs, error, phrase in (
+            ({"temperature": "0.8"}, TypeError, "temperature must be a number; got str"),
+            ({"prime": None}, TypeError, "prime must be a str; got NoneType"),
+            ({"rng": -1}, ValueError, "rng must be None, a non-negative int seed or a numpy "
+                                      "Generator; got -1"),
+            ({"rng": True}, TypeError, "rng must be None")):
+        with pytest.raises(error, match=phrase):
+            fastbptt.sample(params, codec, chars=3, **kwargs)
+    with pytest.raises(TypeError, match="seed must be None, a non-negative int or a numpy "
+                                        "Generator; got True"):
+        fastbptt.init_params(7, 8, 7, seed=True)
+
+
 @pytest.mark.parametrize("temperature", [1e-320, 5e-324, 1e-300, 1e-30])
 def test_sampling_at_a_tiny_temperature_is_greedy(temperature):
     codec = Codec.from_text("abcdefgh")
