@@ -110,6 +110,18 @@ def cell_of(W_shape):
                      f"GRU, LSTM); got {tuple(W_shape)}")
 
 
+def generator(seed, name="seed"):
+    """``np.random.default_rng(seed)``, with the TypeError or ValueError naming the argument
+    ``name`` (and refusing a bool, which NumPy reads as 0 or 1)."""
+    what = f"{name} must be None, a non-negative int seed or a numpy Generator; got {seed!r}"
+    if isinstance(seed, (bool, np.bool_)):
+        raise TypeError(what)
+    try:
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{what} ({error})") from None
+
+
 def init_params(input_size, hidden_size, output_size, *, cell="elman", num_layers=1,
                 bidirectional=False, bias=True, dtype=np.float32, seed=None):
     """New parameters drawn like PyTorch's ``nn.RNN``/``nn.GRU``/``nn.LSTM`` and ``nn.Linear``.
@@ -161,14 +173,7 @@ def init_params(input_size, hidden_size, output_size, *, cell="elman", num_layer
         raise TypeError(f"dtype must be float32 or float64 (np.float32, 'float64', ...); "
                         f"got {dtype!r}")
     dtype = np.dtype(dtype)
-    if isinstance(seed, (bool, np.bool_)):
-        raise TypeError(f"seed must be None, a non-negative int or a numpy Generator; got "
-                        f"{seed!r}")
-    try:
-        rng = np.random.default_rng(seed)
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"seed must be None, a non-negative int or a numpy Generator; got "
-                          f"{seed!r} ({error})") from None
+    rng = generator(seed, "seed")
     scale = 1.0 / np.sqrt(hidden_size)
 
     def draw(*shape):

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import layer
 from ._inputs import ACTIVATIONS
-from .params import Model, leaves, read_model
+from .params import Model, generator, leaves, read_model
 from .reference.cells import CELLS, State
 from .reference.layer import run
 
@@ -90,14 +90,7 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose from "
                          f"{', '.join(ACTIVATIONS)}")
-    if isinstance(rng, (bool, np.bool_)):
-        raise TypeError(f"rng must be None, a non-negative int seed or a numpy Generator; "
-                        f"got {rng!r}")
-    try:
-        rng = np.random.default_rng(rng)
-    except (TypeError, ValueError) as error:
-        raise type(error)(f"rng must be None, a non-negative int seed or a numpy Generator; "
-                          f"got {rng!r} ({error})") from None
+    rng = generator(rng, "rng")
     model, stacked = _model(params)
     h, c = _start(model, stacked, h0, c0)
     prime_ids = np.asarray(prime_ids, np.int64).reshape(-1)

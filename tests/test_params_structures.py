@@ -155,7 +155,7 @@ def test_init_params_seed():
 @pytest.mark.parametrize("options,error,message", [
     ({"bias": "no"}, TypeError, "bias must be True or False; got 'no'"),
     ({"bidirectional": 1}, TypeError, "bidirectional must be True or False; got 1"),
-    ({"seed": -1}, ValueError, "seed must be None, a non-negative int or a numpy Generator; "
+    ({"seed": -1}, ValueError, "seed must be None, a non-negative int seed or a numpy Generator; "
                                "got -1"),
     ({"seed": "a"}, TypeError, "seed must be None"),
     ({"num_layers": 0}, ValueError, "num_layers must be at least 1; got 0"),

@@ -183,7 +183,7 @@ def test_sampling_and_init_arguments_of_the_wrong_kind_name_themselves():
             ({"rng": True}, TypeError, "rng must be None")):
         with pytest.raises(error, match=phrase):
             fastbptt.sample(params, codec, chars=3, **kwargs)
-    with pytest.raises(TypeError, match="seed must be None, a non-negative int or a numpy "
+    with pytest.raises(TypeError, match="seed must be None, a non-negative int seed or a numpy "
                                         "Generator; got True"):
         fastbptt.init_params(7, 8, 7, seed=True)
 
