@@ -24,11 +24,16 @@ __all__ = ["output_file", "checkpoint_folder", "new_checkpoint", "plot_file", "m
 _EXAMPLES = {"--checkpoint": "run.npz", "--json": "bench.json", "--plot": "bench.png"}
 
 
+def _named(path, option):
+    """UsageError for a path that is empty or blank (argparse takes ``--json ''``)."""
+    if not os.fspath(path).strip():
+        raise UsageError(f"{option} needs a file name; got {os.fspath(path)!r}")
+
+
 def output_file(path, option, *, make_folders=False):
     """``path`` (given as ``option``) can be written: its folder exists (or, with
     ``make_folders``, can be made) and takes a new file."""
-    if not os.fspath(path).strip():
-        raise UsageError(f"{option} needs a file name; got {os.fspath(path)!r}")
+    _named(path, option)
     try:
         check_target(path, make_folders=make_folders,
                      example=_EXAMPLES.get(option, "out" + os.path.splitext(path)[1]))
@@ -110,8 +115,7 @@ def plot_file(path, option="--plot"):
         from matplotlib.figure import Figure
     except ImportError:
         raise CommandError(f"{option} needs matplotlib: pip install 'fastbptt[plot]'") from None
-    if not os.fspath(path).strip():
-        raise UsageError(f"{option} needs a file name; got {os.fspath(path)!r}")
+    _named(path, option)
     formats = Figure().canvas.get_supported_filetypes()
     ext = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
     if ext not in formats:

@@ -162,8 +162,8 @@ def _running(pid):
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OverflowError, OSError):
-        return True                          # someone else's process: leave its file
+    except (OverflowError, OSError):         # PermissionError: someone else's process
+        return True
     return True
 
 

@@ -79,11 +79,10 @@ def bench(args):
     if args.distributed or ((args.torch or args.jax) and not args.workloads):
         what = "--distributed" if args.distributed else " and ".join(
             flag for flag, given in (("--torch", args.torch), ("--jax", args.jax)) if given)
-        ignored = [flag for flag, value in (("--json", args.json), ("--plot", args.plot),
-                                            ("--startup", args.startup or None))
-                   if value is not None]
-        if args.distributed and args.workloads:
-            ignored.insert(0, "--workloads")
+        ignored = [flag for flag, given in (("--workloads", args.distributed and args.workloads),
+                                            ("--json", args.json is not None),
+                                            ("--plot", args.plot is not None),
+                                            ("--startup", args.startup)) if given]
         if ignored:
             raise UsageError(f"{' and '.join(ignored)} cannot be used with {what}" + (
                 " (it prints its own table)" if args.distributed else

@@ -72,7 +72,7 @@ class Codec:
         ids = np.asarray(ids).reshape(-1)
         if ids.size and ids.dtype.kind not in "iu":
             raise TypeError(f"ids must be integers; got {ids.dtype}")
-        bad = ids[(ids < 0) | (ids >= len(self.chars))] if ids.size else ids
+        bad = ids[(ids < 0) | (ids >= len(self.chars))]
         if bad.size:
             raise ValueError(f"ids must lie in [0, {len(self.chars)}) for this codec's "
                              f"{len(self.chars)} characters; got {bad[0]}")
