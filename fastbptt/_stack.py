@@ -20,6 +20,7 @@ Layer l > 0 of a bidirectional stack reads [h_fwd_t, h_rev_t], 2H features.
 """
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -205,17 +206,34 @@ class Direction:
         self.WTp = self.Wp = self.WTc = self.Wc = self.UT = None
 
 
+class _ViewsPerThread(threading.local):
+    """The views a `Forward` remembers, one dict per thread that uses it."""
+
+    def __init__(self):
+        self.views = {}
+
+    def get(self, key):
+        return self.views.get(key)
+
+    def __setitem__(self, key, value):
+        self.views[key] = value
+
+
 class Forward:
     """What the forward pass leaves for the backward pass.
 
     The workspace keeps one per shape of call (`_forward_for`), with its directions'
     arrays and the views taken of them, and the calls of that shape that follow (a
     training loop's) reuse it: a small call then pays for little beyond its kernels.
+
+    Scratch arrays come from the workspace of the thread that runs the pass. A Forward
+    of the workspace is its thread's alone; one whose arrays are fresh (a `layer.vjp`'s
+    ``back``, which any thread may call, several at once) remembers its scratch views
+    per thread, so that no two threads ever write the same scratch.
     """
 
     __slots__ = ("problem", "plan", "dirs", "h_final", "c_final", "idx", "store", "H",
-                 "tag", "hid", "no_bh", "no_c_final", "X", "no_dh0", "no_dc", "dUT",
-                 "_buffers", "_views")
+                 "tag", "hid", "no_bh", "no_c_final", "no_dh0", "no_dc", "_shapes", "_views")
 
     def __init__(self, problem, plan, store):
         self.problem, self.plan = problem, plan
@@ -224,8 +242,8 @@ class Forward:
         self.store = store       # where the kept arrays come from: the workspace, or
         self.dirs = []           # fresh ones for a backward pass that outlives the call
         self.H = problem.sizes[1]
-        self._buffers = None
-        self._views = {}
+        self._shapes = {}        # name: (shape, dtype) of the scratch of `named`
+        self._views = {} if store is workspace else _ViewsPerThread()
 
     @property
     def parallel(self):
@@ -238,6 +256,14 @@ class Forward:
         view = self._views.get(name)
         if view is None:
             view = self._views[name] = workspace.get(name, shape, dtype)
+        return view
+
+    def named(self, name):
+        """The scratch array `_forward_for` sized under ``name`` (the backward pass's
+        carries X, and dUT and dUT64 for the ids' scatter)."""
+        view = self._views.get(name)
+        if view is None:
+            view = self.scratch(name, *self._shapes[name])
         return view
 
     def top(self):
@@ -295,9 +321,10 @@ class Forward:
     def gradient_buffers(self):
         """For each direction of the top layer, its (G H, T B) or (T B, N) array that must
         hold G_t = dL/dh_t (in that direction's step order) before `backward`."""
-        if self._buffers is None:
-            self._buffers = [self._buffer(d) for d in self.dirs[-1]]
-        return self._buffers
+        buffers = self._views.get("buffers")
+        if buffers is None:
+            buffers = self._views["buffers"] = [self._buffer(d) for d in self.dirs[-1]]
+        return buffers
 
     def _buffer(self, direction):
         """A direction's dH: G_t = dL/dh_t on entry to its backward pass."""
@@ -405,6 +432,7 @@ class Forward:
         dbh = np.empty(GH, dtype) if layer.bh is not None else self.no_bh
         S, Z, C, E = self.backward_arrays(direction)
         dZ, dZh = self._gate_buffers(direction, buf)
+        X = self.named("X")
         gated = dZ is not buf
         starts = dh0 is not None
         if plan.back_tm:
@@ -415,17 +443,17 @@ class Forward:
                 if p.units:
                     run_parties(backward_units, p.units, self.tag, S, Z, E, C, direction.Wc,
                                 layer.W, p.activation, plan.chunk, p.lengths, dcf, buf, dZ,
-                                dZh, self.X)
+                                dZh, X)
                 else:
                     run_slices(backward_narrow, p.slices, self.tag, S, Z, E, C, Wp,
                                direction.Wc, layer.W, p.activation, plan.chunk, p.lengths,
-                               dcf, buf, dZ, dZh, self.X)
+                               dcf, buf, dZ, dZh, X)
                 run_slices(narrow_weight_grads, row_slices(GH, True), S, dZ, dZh, dW, db, dbh)
-                narrow_h0_grads(self.tag, layer.W, dZh, self.X, *h0s)
+                narrow_h0_grads(self.tag, layer.W, dZh, X, *h0s)
             else:
                 backward_narrow_whole(self.tag, S, Z, E, C, Wp, direction.Wc, layer.W,
                                       p.activation, plan.chunk, p.lengths, dcf, buf, dZ, dZh,
-                                      self.X, dW, db, dbh, *h0s)
+                                      X, dW, db, dbh, *h0s)
         else:
             if starts:
                 dh0_t, dc0_t = self.scratch("dh0", (H, B), dtype), \
@@ -439,12 +467,12 @@ class Forward:
             fp = self.scratch("fprime", (0 if gated else H, n), dtype)
             if plan.chunk:
                 backward_sweep(self.tag, Sm, Zm, Em, Cm, direction.WTp, p.activation,
-                               plan.chunk, p.lengths, dcf, buf, dZ, dZh, self.X, fp, dW, db,
+                               plan.chunk, p.lengths, dcf, buf, dZ, dZh, X, fp, dW, db,
                                dbh, dh0_t, dc0_t)
             else:           # windows: lag-major for s = 1, groups of s outputs beyond
                 windows = backward_lag_major if p.stride == 1 else backward_groups
                 windows(self.tag, Sm, Zm, Em, Cm, direction.WTp, p.activation, p.truncate,
-                        p.stride, p.lengths, dcf, buf, dZ, dZh, self.X, fp,
+                        p.stride, p.lengths, dcf, buf, dZ, dZh, X, fp,
                         self._lags(direction, buf, dZ, dZh), dW, db, dbh, dh0_t, dc0_t)
             if starts:
                 dh0[s] = dh0_t.T
@@ -452,11 +480,12 @@ class Forward:
                     dc0[s] = dc0_t.T
         if direction.src is None:
             deltas = (dZ, None) if plan.back_tm else (None, dZ)     # the layout's
+            dUT = self.named("dUT"), self.named("dUT64")
             if self.parallel:
                 run_slices(scatter_ids_part, row_slices(GH, True), *deltas, direction.ids,
-                           dU, *self.dUT)
+                           dU, *dUT)
             else:
-                scatter_ids(*deltas, direction.ids, dU, *self.dUT)
+                scatter_ids(*deltas, direction.ids, dU, *dUT)
         else:
             src, width, src_tm = direction.src, direction.width, direction.src_tm
             run_slices(input_weight_grads, row_slices(GH, self.parallel), dZ, plan.back_tm,
@@ -668,9 +697,9 @@ def _forward_for(p, plan, store):
     fw.no_c_final = fw.scratch("no c_final", (len(p.model.layers) * D, B, 0), dtype)
     fw.no_dh0 = fw.scratch("no dh0", (0, H), dtype)
     fw.no_dc = fw.scratch("no dc", (0, H), dtype)
-    fw.X = fw.scratch("X", (B, N) if plan.back_tm else (H if GH > H else 0, B), dtype)
     dUT = (p.sizes[0], NG) if plan.back_tm else (0, 0)
-    fw.dUT = (fw.scratch("dUT", dUT, dtype), fw.scratch("dUT64", dUT, np.float64))
+    fw._shapes.update(X=((B, N) if plan.back_tm else (H if GH > H else 0, B), dtype),
+                      dUT=(dUT, dtype), dUT64=(dUT, np.float64))
     if key is not None:
         store.put_object(key, fw)
     return fw
