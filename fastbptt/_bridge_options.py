@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ._inputs import _stack_truncation, _truncation
+from ._inputs import _full_bptt, _stack_truncation, _truncation
 from .params import Model
 
 
-def check_truncation(truncate, stride, *, reverse=False, layers=1, directions=1):
+def check_truncation(truncate, stride, *, reverse=False, layers=1, directions=1, steps=None):
     """Validate BPTT(k; s) for ``layers`` layers of ``directions`` directions (or one
-    layer read in reverse); raises TypeError/ValueError."""
+    layer read in reverse); raises TypeError/ValueError. Given the number of ``steps``,
+    a truncation that cuts nothing in them is full BPTT, as `fastbptt.layer` takes it."""
     truncate, stride = _truncation(truncate, stride)
+    if steps is not None and _full_bptt(truncate, stride, steps):
+        return
     shape = SimpleNamespace(model=Model(((None,) * directions,) * layers))
     _stack_truncation(shape, truncate, stride, reverse)

@@ -127,6 +127,11 @@ CASES = {
     # chunk start
     "nobias-chunks": dict(ids=False, bias=False, h0=False, options=dict(truncate=3, stride=3),
                           scan_options=dict(chunk=3)),
+    # a truncation that cuts nothing in T steps is full BPTT, in reverse too, as
+    # fastbptt.layer takes it
+    "reverse-uncut": dict(ids=False, bias=True, h0=True,
+                          options=dict(lengths=LENGTHS, reverse=True, truncate=T),
+                          scan_options=dict(lengths=LENGTHS, reverse=True)),
 }
 
 
@@ -255,6 +260,11 @@ def test_refusals_while_tracing():
         fj.lstm(p, x)
     with pytest.raises(ValueError, match="reverse direction"):
         fj.rnn(p, x, reverse=True, truncate=3)
+    with pytest.raises(ValueError, match="reverse direction"):      # T - 1 steps: it cuts
+        fj.rnn(p, x, reverse=True, truncate=T - 1)
+    with pytest.raises(ValueError, match="reverse direction"):      # T steps of (T, B, L)
+        fj.rnn(p, jnp.zeros((T, B * T, L)), reverse=True, truncate=T - 1, time_major=True)
+    fj.rnn(p, jnp.zeros((T, B * T, L)), reverse=True, truncate=T, time_major=True)
     with pytest.raises(ValueError, match="stride must not exceed"):
         fj.rnn(p, x, truncate=2, stride=3)
     with pytest.raises(ValueError, match="L=4"):

@@ -294,7 +294,6 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     if not isinstance(time_major, (bool, np.bool_)):
         raise TypeError(f"time_major must be True or False; got {time_major!r}")
     reverse, time_major = bool(reverse), bool(time_major)
-    check_truncation(truncate, stride, reverse=reverse)
     leaves, names, dtype, (L, H), empty = _check_params(cell, params)
     if x is None:
         raise TypeError("x must be token ids or dense floats; got None")
@@ -308,6 +307,8 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
         raise ValueError(f"x as dense floats must be (T, L) or {batch}, L) with L={L} from U "
                          f"and dtype {dtype}; got {x.shape} {x.dtype}")
     lead = x.shape if ids else x.shape[:-1]
+    check_truncation(truncate, stride, reverse=reverse,
+                     steps=lead[0] if time_major or len(lead) == 1 else lead[1])
     h = jax.ShapeDtypeStruct(lead + (H,), dtype)
     seqs = lead[1:] if time_major else lead[:-1]           # (B,), or () for one sequence
     final = jax.ShapeDtypeStruct(seqs + (H,), dtype)
