@@ -210,15 +210,31 @@ def leaf_shapes(input_size, hidden_size, output_size, *, cell="elman", num_layer
     return shapes
 
 
+def _record(value, names):
+    """A NamedTuple of the caller's (not fastbptt's own) with a field named as one of
+    ``names``: read by its field names, as a dict, not by position (W declared before U
+    must not be taken for U). None for anything else."""
+    fields = getattr(type(value), "_fields", None)
+    if (isinstance(value, tuple) and not isinstance(value, (Params, Layer, Model))
+            and isinstance(fields, tuple) and set(fields) & set(names)):
+        return value._asdict()
+    return None
+
+
 def read_structure(params):
     """Split ``params`` into a `Params` of raw values and a function that rebuilds the structure.
 
     Accepts a `Params`, a dict with keys U, W, V and optionally b, c (rebuilt in the
-    caller's key order), or a tuple or list (U, W, V) or (U, W, V, b, c) (rebuilt as the
-    same type; other tuple subclasses come back as plain tuples).
+    caller's key order), a NamedTuple with those fields (read by name, rebuilt as its own
+    type), or a tuple or list (U, W, V) or (U, W, V, b, c) (rebuilt as the same type;
+    other tuple subclasses come back as plain tuples).
     """
     if isinstance(params, Params):
         return params, lambda g: g
+    named = _record(params, NAMES)
+    if named is not None:
+        value, rebuild = read_structure(named)
+        return value, lambda g: type(params)(**rebuild(g))
     if isinstance(params, dict):
         missing = [k for k in REQUIRED if k not in params]
         if missing:
@@ -250,9 +266,14 @@ def read_structure(params):
 
 def _layer_entry(value, where):
     """(Layer of raw values, rebuild) for one direction of one layer: a `Layer`, a dict
-    with keys U, W (b, bh) or a tuple/list (U, W[, b[, bh]])."""
+    with keys U, W (b, bh), a NamedTuple with those fields (read by name, rebuilt as
+    its own type) or a tuple/list (U, W[, b[, bh]])."""
     if isinstance(value, Layer):
         return value, lambda g: g
+    named = _record(value, LAYER_NAMES)
+    if named is not None:
+        layer, rebuild = _layer_entry(named, where)
+        return layer, lambda g: type(value)(**rebuild(g))
     if isinstance(value, dict):
         missing = [k for k in ("U", "W") if k not in value]
         extra = [k for k in value if k not in LAYER_NAMES]
@@ -370,6 +391,9 @@ def leaves(params):
             if value is not None:
                 out[name] = value
         return out
+    named = _record(params, NAMES + LAYER_NAMES)
+    if named is not None:
+        params = named
     if _is_layer_sequence(params):
         params = Layer(*params)
     if isinstance(params, Layer) or (isinstance(params, dict) and "V" not in params

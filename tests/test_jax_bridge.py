@@ -369,6 +369,13 @@ class Named(typing.NamedTuple):
     b: jax.Array
 
 
+class WFirst(typing.NamedTuple):
+    W: jax.Array
+    U: jax.Array
+    b: jax.Array
+    bh: typing.Optional[jax.Array] = None
+
+
 @pytest.mark.parametrize("cell", GATES)
 def test_gradients_come_back_in_any_pytree_of_the_entries(cell):
     """A NamedTuple of the user's, an OrderedDict (leaves in its own order, not sorted)
@@ -391,6 +398,12 @@ def test_gradients_come_back_in_any_pytree_of_the_entries(cell):
         values = list(got.values()) if isinstance(got, dict) else list(got)
         for name, value in zip(names, values):
             np.testing.assert_array_equal(value, want[name])
+    # a NamedTuple is read by its field names: W declared before U is still W
+    swapped = WFirst(W=p.W, U=p.U, b=p.b, bh=p.bh)
+    got = grad(swapped)
+    assert type(got) is WFirst
+    for name in want:
+        np.testing.assert_array_equal(getattr(got, name), want[name])
 
 
 def test_values_are_checked_where_they_are_known():

@@ -1,5 +1,6 @@
 """Every params structure goes in and comes back out as itself; init_params; bad structures."""
 import re
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -216,3 +217,49 @@ def test_layer_without_input_columns(stacked):
     with pytest.raises(ValueError, match=re.escape(f"{where} must have input_size >= 1 "
                                                    f"columns") + rf".*got \({H}, 0\)"):
         fastbptt.layer.vjp(np.zeros((2, 3, 0)), params)
+
+
+class Head(NamedTuple):                 # the caller's record: fields by name, any order
+    W: np.ndarray
+    V: np.ndarray
+    U: np.ndarray
+    c: np.ndarray
+    b: np.ndarray
+
+
+class Cell(NamedTuple):
+    W: np.ndarray
+    U: np.ndarray
+    b: np.ndarray
+
+
+def test_a_namedtuple_is_read_by_its_field_names():
+    """A NamedTuple of the caller's is read by field name, not by position (here W, V
+    and U swapped places, and L = H = C so that their shapes agree), and its gradients
+    come back as the same NamedTuple."""
+    n = 4
+    p = fastbptt.init_params(n, n, n, dtype=np.float64, seed=3)
+    x = np.random.default_rng(3).integers(0, n, (2, T))
+    record = Head(W=p.W, V=p.V, U=p.U, c=p.c, b=p.b)
+    want = fastbptt.value_and_grad(x, x, p)
+    got = fastbptt.value_and_grad(x, x, record)
+    assert got[0] == want[0] and type(got[1]) is Head
+    assert all(np.array_equal(getattr(got[1], k), getattr(want[1], k)) for k in NAMES)
+    assert fastbptt.params.leaves(record).keys() == fastbptt.params.leaves(p).keys()
+
+    layer = fastbptt.Layer(p.U, p.W, p.b)
+    xd = np.random.default_rng(4).normal(size=(2, T, n))
+    out, back = fastbptt.layer.vjp(xd, Cell(W=p.W, U=p.U, b=p.b))
+    want_out, want_back = fastbptt.layer.vjp(xd, layer)
+    assert np.array_equal(out.h, want_out.h)
+    grads, want_grads = back(out.h).grads, want_back(out.h).grads
+    assert type(grads) is Cell
+    assert all(np.array_equal(getattr(grads, k), getattr(want_grads, k)) for k in "UWb")
+    assert list(fastbptt.params.leaves(Cell(W=p.W, U=p.U, b=p.b))) == ["U", "W", "b"]
+
+
+def test_a_namedtuple_with_a_field_of_another_name_is_refused():
+    Extra = NamedTuple("Extra", [("U", np.ndarray), ("W", np.ndarray), ("scale", float)])
+    p = fastbptt.init_params(L, H, C, dtype=np.float64, seed=0)
+    with pytest.raises(ValueError, match="unknown key.*'scale'"):
+        fastbptt.layer.forward(np.zeros((T, L)), Extra(p.U, p.W, 1.0))
