@@ -415,6 +415,12 @@ def test_scripting_and_token_id_mistakes_get_clear_errors():
             pytest.raises(TypeError, match="cannot be compiled by torch.jit.script"):
         warnings.simplefilter("ignore", DeprecationWarning)     # torch.jit is, in 2.13
         torch.jit.script(torch.nn.Sequential(bridge))
+    x = torch.randn(5, 2, 3)
+    for grad in (False, True):      # traced, the kernels' outputs would be constants
+        with torch.set_grad_enabled(grad), warnings.catch_warnings(), \
+                pytest.raises(TypeError, match="cannot be traced by torch.jit.trace"):
+            warnings.simplefilter("ignore")
+            torch.jit.trace(bridge, (x,))
     with pytest.raises(ValueError, match=r"Expected input to be 1D or 2D token ids \(integer "
                                          r"input, one axis fewer than float features\), got "
                                          r"3D tensor instead"):
@@ -438,3 +444,20 @@ def test_no_steps_is_refused_as_native(cell, shape):
     for module in (native, bridge):
         with pytest.raises(RuntimeError, match="Expected sequence length to be larger than 0"):
             module(torch.zeros(shape, dtype=torch.float64))
+
+
+def test_input_and_hx_of_the_wrong_kind_are_type_errors_naming_them():
+    """An LSTM's hx is a pair (h_0, c_0): a tensor of two states stacked, or three
+    tensors, is refused (torch.nn.LSTM refuses them too), and so is anything but a tensor
+    as input, hx, h_0 or c_0."""
+    x, state = torch.randn(5, 2, 3), torch.zeros(1, 2, 4)
+    lstm, gru = ft.LSTM(3, 4), ft.GRU(3, 4)
+    cases = [(lstm, x, torch.zeros(2, 1, 2, 4), "hx of an LSTM must be a tuple .* got a Tensor"),
+             (lstm, x, (state,) * 3, r"hx of an LSTM must be a tuple .* got a tuple of 3"),
+             (lstm, x, (state, state.numpy()), "c_0 must be a tensor; got ndarray"),
+             (gru, x, (state,), "hx must be a tensor; got tuple"),
+             (gru, x.numpy(), None, "input must be a tensor or a PackedSequence; got ndarray")]
+    for module, input, hx, message in cases:
+        with pytest.raises(TypeError, match=message):
+            module(input, hx)
+    lstm(x, [state, state])                 # a list of two, as torch.nn.LSTM takes it

@@ -85,6 +85,22 @@ def _check_ids(module, ids, where="input"):
                          f"{int(values[index])} at index {index} of {where}")
 
 
+def _check_types(input, hx, lstm):
+    """TypeError for an input that is not a tensor or a PackedSequence, and for hx that
+    is not a tensor (an LSTM's: a tuple (h_0, c_0) of two tensors)."""
+    if not isinstance(input, (torch.Tensor, PackedSequence)):
+        raise TypeError(f"input must be a tensor or a PackedSequence; got "
+                        f"{type(input).__name__}")
+    if hx is None:
+        return
+    if lstm and (not isinstance(hx, (tuple, list)) or len(hx) != 2):
+        got = type(hx).__name__ + (f" of {len(hx)}" if isinstance(hx, (tuple, list)) else "")
+        raise TypeError(f"hx of an LSTM must be a tuple (h_0, c_0) of two tensors; got a {got}")
+    for what, t in zip(("h_0", "c_0"), hx) if lstm else (("hx", hx),):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{what} must be a tensor; got {type(t).__name__}")
+
+
 def _check_kind(input):
     """TypeError for input that is neither floats nor integer token ids."""
     if input.dtype == torch.bool or input.is_complex():
@@ -137,11 +153,18 @@ class _Bridge:
 
     def forward(self, input, hx=None):
         """PyTorch's ``forward``; see ``torch.nn.RNN``, ``GRU``, ``LSTM``."""
+        if torch.jit.is_tracing():
+            name = type(self).__name__
+            raise TypeError(f"fastbptt.torch.{name} cannot be traced by torch.jit.trace: its "
+                            "forward calls Numba kernels through NumPy, which a trace would "
+                            "record as constants. Call the module as it is, or through "
+                            f"torch.compile; torch.nn.{name} traces")
         self._update_flat_weights()
         _check_truncation(self)
+        lstm = self._cell == "lstm"
+        _check_types(input, hx, lstm)
         if torch.is_autocast_enabled("cpu"):
             input, hx = _autocast(self, input, hx)
-        lstm = self._cell == "lstm"
         states = () if hx is None else (tuple(hx) if lstm else (hx,))
         _check_tensors(self, (input.data if isinstance(input, PackedSequence) else input,
                               *states))
