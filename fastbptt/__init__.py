@@ -17,9 +17,17 @@ signals and ``-h`` from its first moment.
 import os as _os
 from typing import TYPE_CHECKING
 
-_DISABLED_JIT = ("fastbptt cannot run with NUMBA_DISABLE_JIT=1: its kernels call vector "
-                 "intrinsics and BLAS symbols that exist only in compiled code; unset "
+_WHY_COMPILED = ("its kernels call vector intrinsics and BLAS symbols that exist only in "
+                 "compiled code")
+_DISABLED_JIT = (f"fastbptt cannot run with NUMBA_DISABLE_JIT=1: {_WHY_COMPILED}; unset "
                  "NUMBA_DISABLE_JIT")
+_DISABLED_JIT_CONFIG = (f"fastbptt cannot run with Numba's JIT disabled (disable_jit in a "
+                        f".numba_config.yaml, or numba.config.DISABLE_JIT set): {_WHY_COMPILED}; "
+                        "remove that setting, or override it with NUMBA_DISABLE_JIT=0")
+
+
+class JitDisabledError(ImportError):
+    """Numba's JIT is switched off, and fastbptt's kernels cannot run as Python."""
 
 
 def _jit_disabled_by_environment():
@@ -30,8 +38,29 @@ def _jit_disabled_by_environment():
         return False
 
 
+def _refuse_disabled_jit(message):
+    """Raise `JitDisabledError`. Where the fastbptt command is starting (its script, or
+    ``python -m fastbptt``: Python sets argv[0] to "-m" while it imports the package),
+    before its own error handling, the error left uncaught is said in one line instead of
+    a traceback; the status is Python's 1 either way."""
+    import sys
+
+    if sys.argv and (sys.argv[0] == "-m" or
+                     _os.path.basename(sys.argv[0]).partition(".")[0] == "fastbptt"):
+        previous = sys.excepthook
+
+        def one_line(kind, error, traceback):
+            if isinstance(error, JitDisabledError):
+                print(f"fastbptt: {error}", file=sys.stderr)
+            else:
+                previous(kind, error, traceback)
+
+        sys.excepthook = one_line
+    raise JitDisabledError(message)
+
+
 if _jit_disabled_by_environment():      # set in Numba's configuration: `_kernels` refuses it
-    raise ImportError(_DISABLED_JIT)
+    _refuse_disabled_jit(_DISABLED_JIT)
 
 _WHERE = {
     "BPTTResult": "_results", "ForwardResult": "_results",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
+from . import JitDisabledError
 from ._signals import Interrupted, SignalGuard
 
 __all__ = ["UsageError", "CommandError", "USAGE", "FAILURE", "run_command", "interrupted",
@@ -92,7 +93,7 @@ def run_command(prog, command, args, *, last=False):
         return error.status
     except KeyboardInterrupt:                    # a SIGINT outside the guard's reach
         return interrupted(prog)
-    except (CommandError, OSError, ValueError, MemoryError) as error:
+    except (CommandError, OSError, ValueError, MemoryError, JitDisabledError) as error:
         _say(prog, describe(error))
         return FAILURE
     except Exception as error:

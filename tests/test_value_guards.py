@@ -222,6 +222,7 @@ def test_numba_disable_jit_is_refused_in_one_line_at_import():
                              text=True, timeout=60)
         assert out.returncode == 1
         last = out.stderr.strip().splitlines()[-1]
-        assert last.startswith("ImportError: fastbptt cannot run with NUMBA_DISABLE_JIT=1")
+        assert last.startswith("fastbptt.JitDisabledError: fastbptt cannot run with "
+                               "NUMBA_DISABLE_JIT=1")
         assert "unset NUMBA_DISABLE_JIT" in last
         assert "NotImplementedError" not in out.stderr and "AttributeError" not in out.stderr
