@@ -62,29 +62,33 @@ def save_checkpoint(trainer, path, extra, guard):
                                "a checkpoint already there is unchanged") from None
 
 
-def _resume_hint(path, changes=""):
-    return f"`fastbptt train --resume --checkpoint {path}{changes}`"
+def resume_hint(path, changes="", budget=None):
+    """The command that continues the run saved in ``path``: with ``--steps budget``
+    when the run had one (a checkpoint keeps the model's options, not the budget of the
+    invocation that wrote it), and ``changes``."""
+    steps = "" if budget is None else f" --steps {budget}"
+    return f"`fastbptt train --resume --checkpoint {path}{steps}{changes}`"
 
 
-def _kept(trainer, path):
+def _kept(trainer, path, budget):
     """What is left when nothing could be saved: the last checkpoint, and how to resume."""
     saved = trainer.last_saved
     return f"nothing was saved over {path}" + (
-        f", which holds step {saved.step}: {_resume_hint(path)} continues from it"
+        f", which holds step {saved.step}: {resume_hint(path, budget=budget)} continues from it"
         if saved is not None else "")
 
 
-def failure(error, trainer, path, extra, guard):
+def failure(error, trainer, path, extra, guard, budget=None):
     """The CommandError to raise for ``error`` from inside the training loop, after saving
-    the last good state when the trainer holds one."""
+    the last good state when the trainer holds one; ``budget``: the run's --steps."""
     lr = trainer.options.lr
     if isinstance(error, NothingToSave):
-        return CommandError(f"{error}; {_kept(trainer, path)}")
+        return CommandError(f"{error}; {_kept(trainer, path, budget)}")
     if trainer.blocks is None:          # a placement failed: no cursors, no state to save
         return CommandError(f"{describe(error)} while the run was placed again; "
-                            f"{_kept(trainer, path)}")
+                            f"{_kept(trainer, path, budget)}")
     if isinstance(error, Diverged):
-        return _diverged(error, trainer, path, lr)
+        return _diverged(error, trainer, path, lr, budget)
     if not trainer.consistent:
         return CommandError(f"{describe(error)} during the update of step {trainer.step + 1},"
                             f" which left the weights half-updated; nothing was saved over "
@@ -95,13 +99,13 @@ def failure(error, trainer, path, extra, guard):
         return CommandError(f"{describe(error)} after step {trainer.step}, and {unsaved}")
     except BlockLost as lost:
         return CommandError(f"{describe(error)} after step {trainer.step}, and {lost} before "
-                            f"its cursors' states were saved; {_kept(trainer, path)}")
+                            f"its cursors' states were saved; {_kept(trainer, path, budget)}")
     return CommandError(f"{describe(error)} after step {trainer.step}; the state after "
-                        f"that step is saved in {path}, and {_resume_hint(path)} continues "
-                        "from it")
+                        f"that step is saved in {path}, and {resume_hint(path, budget=budget)} "
+                        "continues from it")
 
 
-def _diverged(error, trainer, path, lr):
+def _diverged(error, trainer, path, lr, budget):
     """The line for `Diverged`: nothing is saved (its docstring says why), and the last
     checkpoint is the way back when it lies before the step that failed."""
     if error.applied:
@@ -117,7 +121,7 @@ def _diverged(error, trainer, path, lr):
     if saved is not None and (error.applied or saved.step < error.step - 1):
         return CommandError(
             f"the run diverged: {what}; {path} keeps step {saved.step}: resume from it with a "
-            f"lower learning rate or gradient clipping, e.g. {_resume_hint(path, change)}, or "
+            f"lower learning rate or gradient clipping, e.g. {resume_hint(path, change, budget)}, or "
             f"start a new run with them")
     kept = "" if saved is None else f" ({path} keeps step {saved.step}, just before it)"
     return CommandError(f"the run diverged: {what}{kept}; start a new run with a lower "

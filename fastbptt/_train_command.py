@@ -25,7 +25,7 @@ from ._checkpoint_claim import claimed
 from ._command_errors import CommandError, UsageError, describe
 from ._cursors import BlockLost, warm_up
 from ._ranges import flag
-from ._run_saves import NothingToSave, Schedule, failure, save_checkpoint
+from ._run_saves import NothingToSave, Schedule, failure, resume_hint, save_checkpoint
 from ._signals import SignalGuard
 from ._train_options import DEFAULT_CHECKPOINT_EVERY, DEFAULT_TIME
 from .params import from_leaves, leaves
@@ -145,7 +145,8 @@ def _workers(dask, args, options):
 
 def _start(args, given, say, claims):
     """Every check, the corpus, the trainer and the compiled kernels, before training;
-    the checkpoint's path is claimed for the run into the ExitStack ``claims``."""
+    the checkpoint's path is claimed for the run into the ExitStack ``claims``. None
+    for a resumed run whose --steps it has taken already."""
     from ._threads import get_num_threads, set_num_threads
 
     dask = _dask(args)
@@ -159,6 +160,11 @@ def _start(args, given, say, claims):
         resume = ckpt_io.load(args.checkpoint)
         options, changed = _resume.resumed_options(TrainOptions, resume.options, given,
                                                    args.checkpoint)
+        if args.steps is not None and args.steps <= resume.step:   # done (a rerun, say)
+            say(f"{args.checkpoint} is at step {resume.step:,}, which --steps {args.steps} "
+                "counts as done (it counts the run's steps in all): nothing to train; a "
+                "larger --steps, or --time, goes on")
+            return None
     else:
         options = TrainOptions(**given)
         try:
@@ -227,11 +233,19 @@ def _decay_note(options, step, steps, say):
     """On resume: say so when the run goes on past the end of its learning-rate decay,
     fixed by the first invocation, at the final rate, and how to decay further."""
     end = options.horizon
-    if options.lr_decay == "none" or not end or (steps or step) <= end:
+    if options.lr_decay == "none" or not end:
+        return
+    final = options.lr * options.lr_final
+    if steps is None and step < end:       # a time budget may go past it
+        say(f"note: the learning rate decays to {final:g} by step {end:,} (--lr-horizon) "
+            f"and stays there past it; --steps {end} stops there, --lr-horizon STEP moves "
+            "that end")
+        return
+    if (steps or step) <= end:
         return
     after = f"to step {steps:,}" if steps else "from here"
-    say(f"note: the learning rate decayed to {options.lr * options.lr_final:g} by step "
-        f"{end:,} (--lr-horizon) and stays there {after}; --lr-horizon STEP moves that end")
+    say(f"note: the learning rate decayed to {final:g} by step {end:,} (--lr-horizon) and "
+        f"stays there {after}; --lr-horizon STEP moves that end")
 
 
 def _resumed_threads(resume, say):
@@ -407,12 +421,12 @@ class _Loop:
                 self.run()
             except NothingToSave as error:
                 raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
-                              self.guard) from None
+                              self.guard, self.args.steps) from None
             except CommandError:
                 raise
             except Exception as error:
                 raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
-                              self.guard) from None
+                              self.guard, self.args.steps) from None
             self.r.chars, self.r.elapsed = self.chars, time.perf_counter() - self.start
             try:
                 self.save()
@@ -422,7 +436,7 @@ class _Loop:
                     self.recover(lost)
                 except Exception as error:
                     raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
-                                  self.guard) from None
+                                  self.guard, self.args.steps) from None
 
 
 def _train(args, r, guard, out):
@@ -441,7 +455,7 @@ def _train(args, r, guard, out):
         return None
     say(f"interrupted at step {trainer.step} ({guard.name}) after {r.elapsed:.1f} s; "
         f"checkpoint saved to {os.path.abspath(args.checkpoint)}; continue with "
-        f"`fastbptt train --resume --checkpoint {args.checkpoint}`")
+        f"{resume_hint(args.checkpoint, budget=args.steps)}")
     return guard.status
 
 
@@ -496,6 +510,8 @@ def run(args, given, *, out=None):
     with SignalGuard("before training started; nothing was saved") as guard, \
             contextlib.ExitStack() as claims:
         r = _start(args, given, say, claims)
+        if r is None:
+            return 0
         try:
             status = _train(args, r, guard, out)
             if status is not None:

@@ -146,7 +146,7 @@ def test_a_failed_sample_saves_the_run_and_resume_continues(corpus, tmp_path, ca
     line = stderr_line(capsys)
     assert line == (f"fastbptt train: the sampler broke after step 3; the state after that "
                     f"step is saved in {ckpt}, and `fastbptt train --resume --checkpoint "
-                    f"{ckpt}` continues from it")
+                    f"{ckpt} --steps 9` continues from it")
     assert checkpoint.load(ckpt).step == 3
     monkeypatch.undo()
     assert main(args + ["--steps", "5", "--resume"]) == 0
@@ -275,6 +275,34 @@ def test_a_resumed_run_past_its_decay_says_so_and_may_move_its_end(corpus, tmp_p
     assert "note:" not in capsys.readouterr().out
 
 
+def test_a_resume_under_a_time_budget_before_its_decays_end_says_where_it_ends(
+        corpus, tmp_path, capsys):
+    ckpt = tmp_path / "run.npz"
+    assert main(train(corpus, ckpt, "--steps", "2", "--lr-horizon", "1000000")) == 0
+    capsys.readouterr()
+    assert main(train(corpus, ckpt, "--resume", "--time", "0.01")) == 0
+    assert "note: the learning rate decays to 0.00015 by step 1,000,000 (--lr-horizon) and " \
+           "stays there past it; --steps 1000000 stops there" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("steps", ["1", "3"])
+def test_a_resume_to_no_more_steps_than_the_checkpoint_holds_says_so_and_ends(
+        corpus, tmp_path, capsys, steps):
+    """The same command run again after it finished (a job restarted, say) ends at once
+    with status 0, saying why, the checkpoint untouched; before, it said "training to
+    step 1", trained nothing and reported as if it had."""
+    ckpt = tmp_path / "run.npz"
+    assert main(train(corpus, ckpt, "--steps", "3")) == 0
+    before = ckpt.read_bytes()
+    capsys.readouterr()
+    assert main(train(corpus, ckpt, "--resume", "--steps", steps)) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == (
+        f"{ckpt} is at step 3, which --steps {steps} counts as done (it counts the run's "
+        "steps in all): nothing to train; a larger --steps, or --time, goes on\n")
+    assert ckpt.read_bytes() == before
+
+
 def test_a_checkpoint_without_relative_paths_still_resumes_from_named_files(tmp_path,
                                                                             capsys):
     """Checkpoints written before the relative paths were saved: resumed where the
@@ -361,7 +389,8 @@ def test_a_run_removes_the_temporary_files_of_killed_saves_of_its_checkpoint(cor
         for name in names:
             (tmp_path / name).write_bytes(b"half a checkpoint")
         more = ("--resume",) if resume else ("--overwrite",)
-        assert main(train(corpus, tmp_path / "run.npz", "--steps", "2", *more)) == 0
+        assert main(train(corpus, tmp_path / "run.npz", "--steps", "2" if not resume else "3",
+                          *more)) == 0
         assert {n: (tmp_path / n).exists() for n in names} == names
     assert checkpoint.remove_stale_temporaries(tmp_path / "none" / "run.npz") == 0
 

@@ -72,6 +72,22 @@ def test_each_signal_during_training_saves_and_exits_with_its_status(folder):
         assert step >= 1 and checkpoint.load(folder / ckpt).step == step
 
 
+def test_the_line_of_an_interrupted_run_of_some_steps_resumes_it_to_them(folder):
+    """A checkpoint keeps the model's options, not the invocation's --steps: the command
+    the line gives repeats it, or the resumed run would train for a time budget instead."""
+    args = ["train", "tiny.txt", *SMALL, "--steps", "900000", "--sample-every", "0",
+            "--checkpoint", "some-steps.npz"]
+    proc = start(args, folder)
+    read_until(proc, "training to step 900,000")
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    outcome = finish(proc)
+    assert outcome.status == STATUS[signal.SIGTERM], outcome
+    assert outcome.out.rstrip().endswith(
+        "continue with `fastbptt train --resume --checkpoint some-steps.npz --steps 900000`"), \
+        outcome
+
+
 @pytest.mark.parametrize("signum,resume", [
     pytest.param(signal.SIGINT, False, id="SIGINT"),
     pytest.param(signal.SIGTERM, False, id="SIGTERM"),
