@@ -333,7 +333,8 @@ def load(path):
     """
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"no checkpoint at {path}")
+        raise FileNotFoundError(f"no checkpoint at {path!r}" if not path.strip() else
+                                f"no checkpoint at {path}")
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path} is a folder, not a checkpoint")
     with open(path, "rb") as f:              # unreadable: the OSError says so

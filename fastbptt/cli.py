@@ -197,10 +197,15 @@ def _checkpoint_every(text):
     first) or "0" (none): (steps, seconds), None where not given."""
     steps = seconds = None
     for part in text.replace(" ", "").split(","):
-        if part.lower().endswith("s"):
-            seconds = _type(Range(0), "seconds")(part[:-1])
-        else:
-            steps = _count(part)
+        try:
+            if part.lower().endswith("s"):
+                seconds = _type(Range(0), "seconds")(part[:-1])
+            else:
+                steps = _count(part)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"must be N steps (a whole number), Ts seconds, both as N,Ts, or 0 for none; "
+                f"got {text!r}") from None
     if not steps and not seconds:
         return (None, None)
     return (steps or None, seconds or None)

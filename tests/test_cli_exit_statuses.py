@@ -57,6 +57,9 @@ def folder(tmp_path_factory):
 USAGE = [
     (["train", "tiny.txt", *SMALL, "--hidden", "0"],
      "argument --hidden: must be an integer of at least 1; got 0", PROCESS),
+    (["train", "tiny.txt", *SMALL, "--checkpoint-every", "3,xs"],
+     "argument --checkpoint-every: must be N steps (a whole number), Ts seconds, both as "
+     "N,Ts, or 0 for none; got '3,xs'"),
     (["train", "tiny.txt", *SMALL, "--lr", "nan"], "argument --lr: must be a finite number"),
     (["train", "tiny.txt", *SMALL, "--lr", "1e39"],
      "--lr 1e+39 is beyond the range of --dtype float32"),
@@ -176,6 +179,7 @@ def failures(folder):
          PROCESS),
         (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "nothere.npz"],
          "no checkpoint at nothere.npz"),
+        (["sample", ""], "no checkpoint at ''"),
         (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "truncated.npz"],
          "truncated.npz is not a fastbptt checkpoint", PROCESS),
         (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "flipped.npz"],
