@@ -62,8 +62,11 @@ def set_num_threads(n):
     _configured.append(n)
     _in_use[0] = n
     lib = _scipy_blas()
-    if lib is not None:
-        lib.set_num_threads(n)
+    with _inside[2]:
+        if _inside[0]:          # calls of other threads run on one BLAS thread: n is the
+            _inside[1] = n      # count the last of them restores, so that it holds after
+        elif lib is not None:
+            lib.set_num_threads(n)
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
 
 
@@ -95,6 +98,9 @@ def get_num_threads():
     reported is the one calls will use, not the library's count before the default.
     """
     ensure_default_threads()
+    with _inside[2]:
+        if _inside[0]:          # while other threads' calls run on one BLAS thread
+            return _inside[1]
     return _library_threads()
 
 
@@ -196,6 +202,22 @@ def can_slice():
 
 
 _inside = [0, None, threading.Lock()]   # calls inside `one_blas_thread`, the count before
+
+
+def _after_fork_in_child():
+    """A process forked from this one has none of its threads: not the pool's (a slice
+    queued to them would wait forever), nor those inside `one_blas_thread` (whose count
+    before is restored here) or holding a lock."""
+    global _parties_lock
+    _pool.clear()
+    _parties_lock = threading.Lock()
+    if _inside[0] and _local and _local[0] is not None:
+        _local[0](_inside[1])
+    _inside[:] = [0, None, threading.Lock()]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class one_blas_thread:

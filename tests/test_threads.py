@@ -1,10 +1,15 @@
 """Calls from several Python threads at once, and the thread-count setting."""
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 import fastbptt
+from fastbptt._threads import (MAX_THREADS, _library_threads, can_slice, one_blas_thread,
+                               threads_in_use)
 
 
 def problems(n):
@@ -84,6 +89,73 @@ def test_set_num_threads_round_trips_and_validates():
         fastbptt.set_num_threads(0)
     with pytest.raises(TypeError, match="n must be an int"):
         fastbptt.set_num_threads(1.5)
+
+
+@pytest.mark.skipif(not can_slice() or MAX_THREADS < 2, reason="needs 2 CPUs and OpenBLAS's "
+                    "per-thread count")
+def test_a_count_set_while_another_threads_call_runs_in_slices_holds_after_it():
+    """A call that runs in slices holds the BLAS at one thread (`one_blas_thread`) and
+    restores the count when it ends: a `set_num_threads` made meanwhile is what it
+    restores, not the count before, and `get_num_threads` reports it all along."""
+    before = fastbptt.get_num_threads()
+    try:
+        fastbptt.set_num_threads(2)
+        with one_blas_thread():                 # another thread's call, in its slices
+            assert _library_threads() == 1
+            fastbptt.set_num_threads(1)
+            assert fastbptt.get_num_threads() == 1 and _library_threads() == 1
+        assert fastbptt.get_num_threads() == 1 == _library_threads() == threads_in_use()
+        with one_blas_thread():
+            fastbptt.set_num_threads(2)
+            assert fastbptt.get_num_threads() == 2 and _library_threads() == 1
+        assert fastbptt.get_num_threads() == 2 == _library_threads() == threads_in_use()
+    finally:
+        fastbptt.set_num_threads(before)
+
+
+FORKED = """
+import os, sys
+import numpy as np
+import fastbptt
+fastbptt.set_num_threads(2)
+rng = np.random.default_rng(0)
+params = fastbptt.init_params(9, 40, 6, seed=3)
+x, y = rng.integers(0, 9, (16, 20)), rng.integers(0, 6, (16, 20))
+want = fastbptt.bptt(x, y, params)          # 16 sequences on 2 threads: two slices of 8
+pid = os.fork()
+if pid == 0:
+    got = fastbptt.bptt(x, y, params)
+    same = got.loss == want.loss and all(np.array_equal(a, b)
+                                         for a, b in zip(got.grads, want.grads))
+    os._exit(0 if same and fastbptt.get_num_threads() == 2 else 3)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not can_slice() or MAX_THREADS < 2,
+                    reason="needs os.fork, 2 CPUs and OpenBLAS's per-thread count")
+def test_a_forked_child_runs_calls_in_slices_as_its_parent_did():
+    """The pool's threads are not in a forked child: its first call in slices queued them
+    work that nothing ran, and waited forever."""
+    assert _the_pool_threads_split(16)
+    done = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr
+
+
+def _the_pool_threads_split(B):
+    """Whether a batch of B runs in slices on 2 threads (so that the child uses the pool)."""
+    from fastbptt._stack import split
+    from fastbptt._inputs import prepare
+    params = fastbptt.init_params(9, 40, 6, seed=3)
+    x = np.zeros((B, 20), np.int64)
+    before = fastbptt.get_num_threads()
+    try:
+        fastbptt.set_num_threads(2)
+        return bool(split(prepare(x, x % 6, params)))
+    finally:
+        fastbptt.set_num_threads(before)
 
 
 @pytest.mark.parametrize("B,H,threads,narrow", [
