@@ -121,8 +121,8 @@ def _diverged(error, trainer, path, lr, budget):
     if saved is not None and (error.applied or saved.step < error.step - 1):
         return CommandError(
             f"the run diverged: {what}; {path} keeps step {saved.step}: resume from it with a "
-            f"lower learning rate or gradient clipping, e.g. {resume_hint(path, change, budget)}, or "
-            f"start a new run with them")
+            f"lower learning rate or gradient clipping, e.g. "
+            f"{resume_hint(path, change, budget)}, or start a new run with them")
     kept = "" if saved is None else f" ({path} keeps step {saved.step}, just before it)"
     return CommandError(f"the run diverged: {what}{kept}; start a new run with a lower "
                         f"learning rate or gradient clipping, e.g.{change}")

@@ -261,10 +261,7 @@ class Forward:
     def named(self, name):
         """The scratch array `_forward_for` sized under ``name`` (the backward pass's
         carries X, and dUT and dUT64 for the ids' scatter)."""
-        view = self._views.get(name)
-        if view is None:
-            view = self.scratch(name, *self._shapes[name])
-        return view
+        return self.scratch(name, *self._shapes[name])
 
     def top(self):
         """The top layer's outputs h_t (H D features) in step order, as a 2-D view of the

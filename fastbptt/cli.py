@@ -199,10 +199,10 @@ def _checkpoint_every(text):
     for part in text.replace(" ", "").split(","):
         try:
             if part.lower().endswith("s"):
-                seconds = _type(Range(0), "seconds")(part[:-1])
+                seconds = Range(0)(part[:-1])
             else:
-                steps = _count(part)
-        except argparse.ArgumentTypeError:
+                steps = Range(0, integer=True)(part)
+        except ValueError:
             raise argparse.ArgumentTypeError(
                 f"must be N steps (a whole number), Ts seconds, both as N,Ts, or 0 for none; "
                 f"got {text!r}") from None
