@@ -20,16 +20,19 @@ __all__ = ["sample", "sample_ids"]
 
 
 def _probabilities(h, V, c, temperature):
-    """softmax((V h + c) / temperature) in float64.
+    """softmax((V h + c) / temperature) in float64, or None where a logit is not finite
+    (the state overflowed: no distribution to draw from).
 
     The largest logit is subtracted before the division, so every scaled logit is at
     most 0: a temperature so small that a difference overflows (1e-320) gives -inf,
     probability 0, and the draw is greedy, instead of inf - inf = NaN.
     """
-    with np.errstate(invalid="ignore"):       # OpenBLAS's spurious flag: _blas_flags
-        logits = V.astype(np.float64) @ h.astype(np.float64)
-    if c is not None:
-        logits += c
+    with np.errstate(invalid="ignore", over="ignore"):   # OpenBLAS's spurious flag:
+        logits = V.astype(np.float64) @ h.astype(np.float64)     # _blas_flags
+        if c is not None:
+            logits += c
+    if not np.isfinite(logits).all():
+        return None
     logits -= logits.max()
     with np.errstate(over="ignore"):
         logits /= temperature
@@ -62,13 +65,37 @@ def _start(model, stacked, h0, c0):
     S, dtype = model.num_layers, model.V.dtype
     H = model.layers[0][0].W.shape[1]
     lstm = model.cell == "lstm"
+    if c0 is not None and not lstm:
+        raise ValueError(f"c0 is the LSTM's cell state; the {model.cell} cell has none "
+                         "(pass c0=None)")
+    shape = (S, H) if stacked else (H,)
 
-    def given(state):
+    def given(state, name):
         if state is None:
             return np.zeros((S, H), dtype)
-        return np.array(state, dtype).reshape(S, H) if stacked else \
-            np.array(state, dtype).reshape(1, H)
-    return given(h0), given(c0) if lstm else None
+        value = np.asarray(state)
+        if value.dtype.kind not in "fiu" or value.dtype == np.bool_:
+            raise TypeError(f"{name} must hold real numbers; got dtype {value.dtype}")
+        if value.shape != shape:
+            raise ValueError(f"{name} must have shape {shape} (the model's "
+                             f"{'(layers, H)' if stacked else '(H,)'}); got {value.shape}")
+        if not np.isfinite(value).all():
+            raise ValueError(f"{name} holds a non-finite value (NaN or inf)")
+        return np.array(value, dtype).reshape(S, H)
+    return given(h0, "h0"), given(c0, "c0") if lstm else None
+
+
+def _prime(prime_ids, size):
+    """The prime as a 1-D int64 array of ids below ``size``."""
+    ids = np.asarray(prime_ids)
+    if ids.size == 0:
+        return np.zeros(0, np.int64)
+    if ids.dtype.kind not in "iu" or ids.ndim != 1:
+        raise TypeError(f"prime_ids must be a 1-D sequence of integer ids; got "
+                        f"{ids.ndim}-D {ids.dtype}")
+    if ids.min() < 0 or ids.max() >= size:
+        raise ValueError(f"prime_ids must lie in [0, {size}); got {ids.min()} ... {ids.max()}")
+    return ids.astype(np.int64)
 
 
 def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="tanh",
@@ -92,8 +119,12 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
                          f"{', '.join(ACTIVATIONS)}")
     rng = generator(rng, "rng")
     model, stacked = _model(params)
+    if model.cell != "elman" and activation != "tanh":
+        raise ValueError(f"activation={activation!r} applies to the Elman cell only; the "
+                         f"{model.cell.upper()} cell has its own gates: leave activation "
+                         "at its default")
     h, c = _start(model, stacked, h0, c0)
-    prime_ids = np.asarray(prime_ids, np.int64).reshape(-1)
+    prime_ids = _prime(prime_ids, model.layers[0][0].U.shape[1])
     if prime_ids.size:
         out = layer.forward(prime_ids, Model(model.layers), activation=activation, h0=h,
                             c0=c)
@@ -105,14 +136,19 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
     C = model.V.shape[0]
     for i in range(n):
         probs = _probabilities(states[-1].h, model.V, model.c, temperature)
+        if probs is None:
+            raise ValueError(f"the model's state overflowed after {len(prime_ids)} prime and "
+                             f"{i} drawn ids (an output is NaN or inf): it has no "
+                             "distribution to draw from")
         k = int(np.searchsorted(np.cumsum(probs), rng.random() * probs.sum(), side="right"))
         out_ids[i] = k = min(k, C - 1)
         one_hot[:] = 0
         one_hot[k] = 1
         x = one_hot
-        for l, (weights,) in enumerate(model.layers):
-            states[l] = run(weights, cell, code, [x], states[l]).final
-            x = states[l].h
+        with np.errstate(over="ignore", invalid="ignore"):     # overflow: said above
+            for l, (weights,) in enumerate(model.layers):
+                states[l] = run(weights, cell, code, [x], states[l]).final
+                x = states[l].h
     h = np.stack([s.h for s in states])
     c = None if c is None else np.stack([s.c for s in states])
     return out_ids, (h if stacked else h[0]), (c if stacked or c is None else c[0])
