@@ -24,11 +24,11 @@ import numpy as np
 
 from ._inputs import FLOAT_DTYPES
 from ._params_check import check_layers, check_model
-from .params import CELLS, Layer, Model, Params
+from .params import CELLS, LAYER_NAMES, NAMES, Layer, Model, Params, _is_layer_sequence, _record
 
 __all__ = ["from_torch", "to_torch"]
 
-_KEY = re.compile(r"(weight_ih|weight_hh|bias_ih|bias_hh)_l(\d+)(_reverse)?")
+_KEY = re.compile(r"(weight_ih|weight_hh|bias_ih|bias_hh)_l(0|[1-9][0-9]*)(_reverse)?")
 _SUFFIXES = ("", "_reverse")
 
 
@@ -46,6 +46,8 @@ def _numpy(value, name, converting):
     arr = np.asarray(value)
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must hold floats; got dtype {arr.dtype}")
+    if not arr.dtype.isnative:                     # '>f8' is float64 all the same
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
 
 
@@ -204,24 +206,42 @@ def from_torch(rnn_state_dict, head_state_dict=None, *, dtype=None):
     return Model(tuple(layers), V, c)
 
 
+def _has_head(params):
+    """Whether ``params`` has an output layer (V), or TypeError for what is no params;
+    ValueError for a head's c without its V, which would be dropped."""
+    named = _record(params, NAMES + LAYER_NAMES)
+    value = params if named is None else named
+    if isinstance(value, Params):
+        return True
+    if isinstance(value, (Model, Mapping)):
+        V, c = (value.get("V"), value.get("c")) if isinstance(value, Mapping) else \
+            (value.V, value.c)
+        if V is None and c is not None:
+            raise ValueError("params have a head bias c but no V: give V (output_size, H D) "
+                             "as well, or leave c out")
+        return V is not None
+    if isinstance(value, Layer) or _is_layer_sequence(value):
+        return False
+    if type(value) in (tuple, list) or isinstance(value, tuple):
+        return True                                        # (U, W, V[, b, c])
+    raise TypeError(f"to_torch takes params as fastbptt.grad or fastbptt.layer.vjp does (a "
+                    f"Params, Layer or Model, or a dict or tuple of one); got "
+                    f"{type(params).__name__}")
+
+
 def to_torch(params):
     """``(rnn_state_dict, head_state_dict or None)`` of NumPy arrays under PyTorch's keys.
 
-    ``params`` is a `Params` (one Elman layer and its head), a `Layer`, a `Model` (with or
-    without a head), or the dicts that stand for them. Load the result with
+    ``params`` is anything `fastbptt.grad` or `fastbptt.layer.vjp` takes: a `Params` (one
+    Elman layer and its head), a `Layer`, a `Model` (with or without a head), or the dicts,
+    tuples and NamedTuples of your own that stand for them. Load the result with
     ``module.load_state_dict({k: torch.from_numpy(v) for k, v in sd.items()})`` into an
     ``nn.RNN``/``nn.LSTM``/``nn.GRU`` of the same sizes (``bias=False`` when the params
     have no biases) and an ``nn.Linear``. A single bias b comes back as bias_ih = b,
     bias_hh = 0; a GRU's b and bh as bias_ih and bias_hh. Where some layers have biases and
     others not, the missing ones are zeros. The arrays are copies.
     """
-    if isinstance(params, (Params, Model, Layer, Mapping)):
-        head = isinstance(params, Params) or (
-            params.get("V") if isinstance(params, Mapping) else getattr(params, "V", None)
-        ) is not None
-    else:
-        raise TypeError(f"to_torch takes a fastbptt.Params, Layer or Model (or a dict of one); "
-                        f"got {type(params).__name__}")
+    head = _has_head(params)
     checked = (check_model if head else check_layers)(params, check_finite=False)
     model = checked.model
     any_bias = any(layer.b is not None or layer.bh is not None

@@ -1,6 +1,7 @@
 """from_torch and to_torch: round trips, real PyTorch modules, and the errors."""
 import subprocess
 import sys
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -99,6 +100,36 @@ def test_accepts_params_layer_and_dicts():
     assert fastbptt.to_torch({"layers": gru.layers})[1] is None
 
 
+def test_tuples_and_namedtuples_of_your_own_convert_as_grad_reads_them():
+    p = fastbptt.init_params(L, H, C, dtype=np.float64, seed=3)
+    want_rnn, want_head = fastbptt.to_torch(p)
+
+    class Mine(NamedTuple):                       # W declared before U: read by name
+        W: np.ndarray
+        U: np.ndarray
+        V: np.ndarray
+        b: np.ndarray
+        c: np.ndarray
+
+    for value in (tuple(p), list(p), Mine(W=p.W, U=p.U, V=p.V, b=p.b, c=p.c)):
+        rnn, head = fastbptt.to_torch(value)
+        assert rnn.keys() == want_rnn.keys() and head.keys() == want_head.keys()
+        for k in rnn:
+            np.testing.assert_array_equal(rnn[k], want_rnn[k])
+    layer, none = fastbptt.to_torch((p.U, p.W))
+    assert none is None and sorted(layer) == ["weight_hh_l0", "weight_ih_l0"]
+    rnn, none = fastbptt.to_torch((p.U, p.W, p.b))
+    assert none is None and np.array_equal(rnn["bias_ih_l0"], p.b)
+
+
+def test_big_endian_arrays_are_read_as_their_float_type():
+    sd = {k: v.astype(v.dtype.newbyteorder(">")) for k, v in _state("lstm", 2, 2).items()}
+    m = fastbptt.from_torch(sd, {"weight": np.ones((C, 2 * H), ">f8")})
+    assert m.layers[0][0].U.dtype == np.float64 and m.layers[0][0].U.dtype.isnative
+    np.testing.assert_array_equal(fastbptt.to_torch(m)[0]["weight_hh_l1_reverse"],
+                                  sd["weight_hh_l1_reverse"])
+
+
 def test_tensors_and_dtype():
     torch = pytest.importorskip("torch")
     rnn = torch.nn.LSTM(L, H, num_layers=2, bias=False)        # float32
@@ -134,6 +165,8 @@ def _state(cell="elman", layers=1, D=1):
     (lambda sd: sd.pop("weight_hh_l1"), "missing weight_hh_l1"),
     (lambda sd: sd.pop("bias_ih_l0_reverse"), "missing bias_ih_l0_reverse"),
     (lambda sd: sd.update(weight_xx_l0=np.zeros(2)), "unknown key"),
+    (lambda sd: sd.update(weight_ih_l00=sd["weight_ih_l0"]), "unknown key.*weight_ih_l00"),
+    (lambda sd: sd.update(bias_hh_l01_reverse=sd["bias_hh_l1_reverse"]), "unknown key"),
     (lambda sd: sd.update(weight_hr_l0=np.zeros((1, 2))), "proj_size"),
     (lambda sd: sd.update(weight_hh_l1=np.zeros((2, 2))), r"weight_hh_l1 must have shape \(8, 2\)"),
     (lambda sd: sd.update(weight_ih_l1=np.zeros((8, 2))), r"weight_ih_l1 must have shape \(8, 4\)"),
@@ -175,7 +208,9 @@ def test_bad_heads_and_kinds():
     with pytest.raises(TypeError, match="must hold floats"):
         fastbptt.from_torch({**sd, "weight_ih_l0": np.zeros((2, 3), int)})
     with pytest.raises(TypeError, match="Params, Layer or Model"):
-        fastbptt.to_torch([np.zeros((2, 3)), np.zeros((2, 2))])
+        fastbptt.to_torch(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="a head bias c but no V"):
+        fastbptt.to_torch(fastbptt.Model(model("gru", 1, False).layers, None, np.zeros(C)))
     with pytest.raises(ValueError, match="W"):
         fastbptt.to_torch(fastbptt.Layer(np.zeros((2, 3)), np.zeros((3, 3))))
 
