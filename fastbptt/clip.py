@@ -11,7 +11,7 @@ __all__ = ["clip_grads", "global_norm"]
 
 
 def _arrays(grads):
-    return list(leaves(grads).values())
+    return list(leaves(grads, "grads").values())
 
 
 def global_norm(grads):

@@ -65,7 +65,7 @@ def _buffer_value(key, value):
 
 def _pairs(params, grads):
     """(name, param array, grad array) for each parameter present in params."""
-    p, g = leaves(params), leaves(grads)
+    p, g = leaves(params), leaves(grads, "grads")
     for name, value in p.items():
         gradient = g.get(name)
         if gradient is None:

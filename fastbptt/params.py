@@ -124,10 +124,14 @@ def generator(seed, name="seed"):
 
 def init_params(input_size, hidden_size, output_size, *, cell="elman", num_layers=1,
                 bidirectional=False, bias=True, dtype=np.float32, seed=None):
-    """New parameters drawn like PyTorch's ``nn.RNN``/``nn.GRU``/``nn.LSTM`` and ``nn.Linear``.
+    """New parameters, every entry uniform in [-1/sqrt(H), 1/sqrt(H)] with H = hidden_size.
 
-    Every entry is uniform in [-1/sqrt(H), 1/sqrt(H)] with H = hidden_size, so the
-    recurrence starts neither saturated nor vanishing.
+    That is how PyTorch's ``nn.RNN``/``nn.GRU``/``nn.LSTM`` draw each of their weights and
+    biases, so the recurrence starts neither saturated nor vanishing. It is not PyTorch's
+    draw in two places: one bias b stands for PyTorch's bias_ih + bias_hh (a sum of two
+    such draws there), and the head V, c is drawn on the same scale, where an
+    ``nn.Linear`` over the top layer's H D outputs draws from ±1/sqrt(H D). For PyTorch's
+    exact initial weights, build the modules and convert them with `from_torch`.
 
     Parameters
     ----------
@@ -221,31 +225,31 @@ def _record(value, names):
     return None
 
 
-def read_structure(params):
+def read_structure(params, name="params"):
     """Split ``params`` into a `Params` of raw values and a function that rebuilds the structure.
 
     Accepts a `Params`, a dict with keys U, W, V and optionally b, c (rebuilt in the
     caller's key order), a NamedTuple with those fields (read by name, rebuilt as its own
     type), or a tuple or list (U, W, V) or (U, W, V, b, c) (rebuilt as the same type;
-    other tuple subclasses come back as plain tuples).
+    other tuple subclasses come back as plain tuples). Errors call it ``name``.
     """
     if isinstance(params, Params):
         return params, lambda g: g
     named = _record(params, NAMES)
     if named is not None:
-        value, rebuild = read_structure(named)
+        value, rebuild = read_structure(named, name)
         return value, lambda g: type(params)(**rebuild(g))
     if isinstance(params, dict):
         missing = [k for k in REQUIRED if k not in params]
         if missing:
             raise ValueError(
-                f"params is missing key(s) {', '.join(map(repr, missing))}; a params dict "
+                f"{name} is missing key(s) {', '.join(map(repr, missing))}; a params dict "
                 f"needs 'U', 'W', 'V' and may have 'b', 'c' (got keys {sorted(map(str, params))})"
             )
         extra = [k for k in params if k not in NAMES]
         if extra:
             raise ValueError(
-                f"params has unknown key(s) {', '.join(map(repr, extra))}; valid keys are "
+                f"{name} has unknown key(s) {', '.join(map(repr, extra))}; valid keys are "
                 "'U', 'W', 'V', 'b', 'c'"
             )
         keys = list(params)                       # the caller's order
@@ -256,10 +260,10 @@ def read_structure(params):
         if len(params) in (3, 5):
             return Params(*params), lambda g: kind(g[:len(params)])
         raise ValueError(
-            f"params as a sequence must be (U, W, V) or (U, W, V, b, c); got {len(params)} items"
+            f"{name} as a sequence must be (U, W, V) or (U, W, V, b, c); got {len(params)} items"
         )
     raise TypeError(
-        "params must be a fastbptt.Params, a dict with keys 'U', 'W', 'V' (and optionally "
+        f"{name} must be a fastbptt.Params, a dict with keys 'U', 'W', 'V' (and optionally "
         f"'b', 'c') or a tuple (U, W, V[, b, c]); got {type(params).__name__}"
     )
 
@@ -300,12 +304,13 @@ def _is_stack(params):
     return isinstance(params, Model) or (isinstance(params, dict) and "layers" in params)
 
 
-def _read_stack(params):
-    """(Model of raw values, rebuild) for a `Model` or a dict with keys layers, V, c."""
+def _read_stack(params, name="params"):
+    """(Model of raw values, rebuild) for a `Model` or a dict with keys layers, V, c;
+    errors call it ``name``."""
     if isinstance(params, dict):
         extra = [k for k in params if k not in ("layers", "V", "c")]
         if extra:
-            raise ValueError(f"params has unknown key(s) {', '.join(map(repr, extra))}; a "
+            raise ValueError(f"{name} has unknown key(s) {', '.join(map(repr, extra))}; a "
                              "stack's dict has 'layers' and may have 'V', 'c'")
         layers, V, c = params["layers"], params.get("V"), params.get("c")
         keys = list(params)
@@ -314,18 +319,18 @@ def _read_stack(params):
         layers, V, c = params
         outer = lambda g: g                                      # noqa: E731
     if not isinstance(layers, (tuple, list)) or not layers:
-        raise ValueError("params layers must be a non-empty sequence of layers, each a "
+        raise ValueError(f"{name} layers must be a non-empty sequence of layers, each a "
                          "sequence of one Layer per direction (forward, then reverse)")
     read, kinds = [], []
     for l, directions in enumerate(layers):
         if isinstance(directions, (Layer, dict)) or not isinstance(directions, (tuple, list)):
-            raise TypeError(f"params layers[{l}] must be a sequence of one layer per direction "
+            raise TypeError(f"{name} layers[{l}] must be a sequence of one layer per direction "
                             f"(forward, then reverse), e.g. (Layer(U, W),); got "
                             f"{type(directions).__name__}")
         if len(directions) not in (1, 2) or len(directions) != len(layers[0]):
-            raise ValueError(f"params layers[{l}] has {len(directions)} directions; every layer "
+            raise ValueError(f"{name} layers[{l}] has {len(directions)} directions; every layer "
                              f"needs the same number, 1 or 2 (layers[0] has {len(layers[0])})")
-        entries = [_layer_entry(d, f"params layers[{l}][{i}]") for i, d in enumerate(directions)]
+        entries = [_layer_entry(d, f"{name} layers[{l}][{i}]") for i, d in enumerate(directions)]
         read.append(tuple(e[0] for e in entries))
         kinds.append((type(directions) if type(directions) in (tuple, list) else tuple,
                       [e[1] for e in entries]))
@@ -374,12 +379,13 @@ def read_layer(params):
     return Model(((layer,),)), lambda g: rebuild_layer(g.layers[0][0]), False
 
 
-def leaves(params):
+def leaves(params, what="params"):
     """{name: array} of every array in any params structure, in a fixed order:
     U, W, V, b, c for one layer with its head; U, W, b, bh for a `Layer`;
-    ``layers.<l>.<d>.<name>`` then V, c for a stack. Absent biases are left out."""
+    ``layers.<l>.<d>.<name>`` then V, c for a stack. Absent biases are left out. Errors
+    call the structure ``what`` ("grads" for gradients)."""
     if _is_stack(params):
-        model, _ = _read_stack(params)
+        model, _ = _read_stack(params, what)
         out = {}
         for l, directions in enumerate(model.layers):
             for d, layer in enumerate(directions):
@@ -398,9 +404,9 @@ def leaves(params):
         params = Layer(*params)
     if isinstance(params, Layer) or (isinstance(params, dict) and "V" not in params
                                      and "U" in params):
-        layer, _ = _layer_entry(params, "params")
+        layer, _ = _layer_entry(params, what)
         return {k: v for k, v in zip(LAYER_NAMES, layer) if v is not None}
-    p, _ = read_structure(params)
+    p, _ = read_structure(params, what)
     return {k: v for k, v in zip(NAMES, p) if v is not None}
 
 

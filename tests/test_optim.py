@@ -278,3 +278,17 @@ def test_layers_given_as_tuples_step_and_clip(gates, bias):
     assert sorted(k for k in opt.state_dict() if k.startswith("m.")) == \
         sorted(f"m.{n}" for n in names)
     assert all(not np.array_equal(a, b) for a, b in zip(layer, before))
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_grads_of_the_wrong_structure_are_called_grads_in_the_message(kind):
+    params = fastbptt.init_params(3, 4, 5, seed=0)
+    no_W = {"U": np.zeros((4, 3), np.float32), "V": np.zeros((5, 4), np.float32)}
+    stack = fastbptt.init_params(3, 4, 5, cell="gru", num_layers=2, seed=0)
+    for p, g, phrase in ((params, no_W, r"^grads is missing key\(s\) 'W'"),
+                         (params, 3.0, r"^grads must be a fastbptt.Params"),
+                         (stack, {"layers": (), "V": stack.V}, r"^grads layers must be")):
+        with pytest.raises((TypeError, ValueError), match=phrase):
+            make_optimizer(kind, 0.1).step(p, g)
+        with pytest.raises((TypeError, ValueError), match=phrase):
+            fastbptt.clip_grads(g, max_norm=1.0)
