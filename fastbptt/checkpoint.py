@@ -293,8 +293,10 @@ def _vocabulary(codes):
     if codes.dtype.kind not in "iu" or codes.ndim != 1 or not codes.size:
         raise CheckpointError(f"'vocab' is a {codes.ndim}-D {codes.dtype} array, not a list "
                               "of code points")
-    if codes.min() < 0 or codes.max() >= 0x110000:
-        raise CheckpointError("'vocab' holds values that are not Unicode code points")
+    if codes.min() < 0 or codes.max() >= 0x110000 or \
+            ((codes >= 0xD800) & (codes <= 0xDFFF)).any():      # surrogates: no characters
+        raise CheckpointError("'vocab' holds values that are not Unicode characters' code "
+                              "points")
     return Codec.from_array(codes)
 
 
