@@ -12,12 +12,15 @@ source when no file is given) and ``fastbptt sample CHECKPOINT`` prints text fro
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import time
 
 from ._command_errors import UsageError, interrupted, run_command
 from ._ranges import Range
+
+MAX_CHARS = 10 ** 8        # characters one sample draws: hours of drawing already
 
 
 def demo(args):
@@ -175,6 +178,7 @@ _threads = _type(Range(1, os.cpu_count() or 1, integer=True), "threads")
 _seconds = _type(Range(0, low_open=True), "seconds")
 _positive = _type(Range(1, integer=True), "positive")
 _count = _type(Range(0, integer=True), "count")
+_chars = _type(Range(0, MAX_CHARS, integer=True), "chars")
 _nonnegative_float = _type(Range(0), "nonnegative")
 _temperature = _type(Range(0, low_open=True), "temperature")
 _seed = _type(Range(0, integer=True), "seed")
@@ -305,7 +309,7 @@ def _add_train(commands):
                         "ADDRESS (e.g. tcp://10.0.0.5:8786; Dask's security settings apply)")
     r.add_argument("--sample-every", type=_count, default=2000, dest="sample_every",
                    help="steps between samples and validation estimates; 0 = none (2000)")
-    r.add_argument("--sample-chars", type=_count, default=300, dest="sample_chars",
+    r.add_argument("--sample-chars", type=_chars, default=300, dest="sample_chars",
                    help="characters per sample (300)")
     r.add_argument("--temperature", type=_temperature, default=0.8,
                    help="of the samples (0.8)")
@@ -319,7 +323,7 @@ def _add_train(commands):
 
     s = commands.add_parser("sample", help="print text from a checkpoint of fastbptt train")
     s.add_argument("checkpoint", metavar="CHECKPOINT")
-    s.add_argument("--chars", type=_count, default=500, help="characters to draw (500)")
+    s.add_argument("--chars", type=_chars, default=500, help="characters to draw (500)")
     s.add_argument("--temperature", type=_temperature, default=0.8,
                    help="below 1 sharper, above 1 more random; a tiny one draws the most "
                         "likely character (0.8)")
@@ -335,8 +339,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message}; see `{self.prog} -h`\n")
 
 
+COMMANDS = ("demo", "bench", "train", "sample")
+
+
 def build_parser():
+    from . import __version__
+
     parser = _Parser(prog="fastbptt", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"fastbptt {__version__}")
     commands = parser.add_subparsers(dest="command")
     d = commands.add_parser("demo", help="the documents' example: kernels vs reference")
     d.add_argument("--steps", type=_positive, default=100, help="sequence length T (100)")
@@ -413,7 +423,13 @@ def main(argv=None):
     """
     last = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("demo", "bench", "train", "sample", "-h", "--help"):
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        close = difflib.get_close_matches(argv[0], COMMANDS, n=1)
+        print(f"fastbptt: unknown command {argv[0]!r}"
+              f"{f' (did you mean {close[0]!r}?)' if close else ''}; the commands are "
+              f"{', '.join(COMMANDS)}; see `fastbptt -h`", file=sys.stderr)
+        return 2
+    if not argv or argv[0] not in COMMANDS + ("-h", "--help", "--version"):
         argv = ["demo"] + argv                  # demo is the default: `fastbptt --steps 20`
     try:                                        # bench's --workloads imports NumPy
         parser = build_parser()

@@ -10,6 +10,7 @@ import stat
 import numpy as np
 import pytest
 
+import fastbptt
 from checkpoint_edits import edit_meta, rewrite
 from cli_processes import SMALL, Outcome, finish, run_all, start, write_corpus
 from fastbptt.cli import main
@@ -49,6 +50,9 @@ def folder(tmp_path_factory):
     rewrite(here / "good.npz", here / "two_layers.npz",
             edit_meta(lambda m: m["options"].update(layers=2)))
     rewrite(here / "lstm.npz", here / "no_cell_state.npz", lambda a: a.pop("cell_state"))
+    rewrite(here / "good.npz", here / "surrogate.npz",
+            lambda a: a.update(vocab=np.where(np.arange(a["vocab"].size) == 3, 0xD800,
+                                              a["vocab"])))
     rewrite(here / "lstm.npz", here / "gru.npz", edit_meta(lambda m: m["options"].update(
         cell="gru")))
     return here
@@ -86,6 +90,8 @@ USAGE = [
      "--overwrite starts a new run over --checkpoint's and --resume continues it: give one "
      "of them"),
     (["sample", "good.npz", "--chars", "-1"], "argument --chars"),
+    (["sample", "good.npz", "--chars", "99999999999999999999999"],
+     "argument --chars: must be an integer in [0, 1e+08]"),
     (["sample", "good.npz", "--temperature", "-0.5"], "argument --temperature"),
     (["sample", "good.npz", "--prime", "QZ"], "--prime holds characters not in the vocabulary",
      PROCESS),
@@ -130,6 +136,20 @@ def test_usage_errors_exit_2_with_one_line(folder, capsys, monkeypatch):
         assert outcome.status == 2, outcome
         line = outcome.one_line(f"fastbptt {args[0]}: ")
         assert phrase in line and line.endswith(f"see `fastbptt {args[0]} -h`"), outcome
+
+
+def test_an_unknown_command_is_named_with_the_commands_and_version_answers(folder, capsys,
+                                                                        monkeypatch):
+    monkeypatch.chdir(folder)
+    typo = in_process(["smaple", "good.npz"], capsys)
+    assert typo.status == 2 and not typo.out
+    assert typo.one_line("fastbptt: ") == (
+        "fastbptt: unknown command 'smaple' (did you mean 'sample'?); the commands are demo, "
+        "bench, train, sample; see `fastbptt -h`")
+    other = in_process(["tiny.txt"], capsys)
+    assert other.status == 2 and "unknown command 'tiny.txt'; the commands" in other.err
+    version = in_process(["--version"], capsys)
+    assert version.status == 0 and version.out == f"fastbptt {fastbptt.__version__}\n"
 
 
 def _unwritable_folder(folder):
@@ -202,6 +222,9 @@ def failures(folder):
         (["sample", "foreign.npz"], "foreign.npz is not a usable fastbptt checkpoint: no "
                                     "'meta' entry", PROCESS),
         (["sample", "no_vocab.npz"], "no 'vocab' entry"),
+        (["sample", "surrogate.npz"], "surrogate.npz is not a usable fastbptt checkpoint: "
+                                      "'vocab' holds values that are not Unicode characters' "
+                                      "code points"),
         (["sample", "no_W.npz"], "no params.W entry"),
         (["sample", "int_W.npz"], "params.W is a 2-D int64 array"),
         (["sample", "no_step.npz"], "'meta' has no 'step'"),
