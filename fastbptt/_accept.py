@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._inputs import (ACTIVATIONS, FLOAT_DTYPES, LOSSES, Problem, _INT64, _full_bptt,
-                      _lengths, _scannable)
+                      _lengths, _private, _scannable)
 from ._kernels.checks import all_finite, id_range
 from .params import Layer, Model, Params, read_structure
 
@@ -81,6 +81,7 @@ def accept(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="so
         return None
     if check_finite and h0 is not None and not all_finite(h0.reshape(-1)):
         return None
+    x, y = _private(x), (_private(y) if need_y else y)     # the ids checked are those read
     if not _ids_within(x, 0, L) or (need_y and not _ids_within(y, -1, C)):
         return None
     if _full_bptt(truncate, stride, T):

@@ -18,6 +18,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from ._kernels.checks import all_finite, id_range
+from ._masks import refuse_masked as _refuse_masked
 from .params import Model, Params
 from ._params_check import check_layers, check_model
 
@@ -148,16 +149,6 @@ def _array(name, value, what="integers or floats"):
     return arr
 
 
-def _refuse_masked(name, value):
-    """TypeError for a masked array: np.asarray would drop its mask without a word."""
-    if (isinstance(value, np.ndarray) and type(value) is not np.ndarray
-            and isinstance(value, np.ma.MaskedArray)):
-        hint = "; y.filled(-1) makes masked class ids steps without loss" if name == "y" else ""
-        raise TypeError(f"{name} is a masked array, and fastbptt does not read masks: pass "
-                        f"an ordinary array, .filled(value) with the value masked entries "
-                        f"should take{hint}")
-
-
 def _in_dtype(name, arr, dtype, check_finite, shape=None, mask=None):
     """``arr`` in the compute dtype; ValueError naming ``name`` for a finite value that
     the conversion turns into an inf (a float64 beyond float32's range), as for an inf.
@@ -178,11 +169,25 @@ def _in_dtype(name, arr, dtype, check_finite, shape=None, mask=None):
         bad &= mask.reshape(mask.shape + (1,) * (arr.ndim - mask.ndim))
     if bad.any():
         here, theirs = _first(bad, shape)
+        wider = " or float64 params" if dtype != np.float64 else ""
         raise ValueError(f"{name} holds a value that overflows {dtype.name}, the params' "
-                         f"dtype ({float(arr[here])} at index {theirs}); pass values within "
-                         f"+-{np.finfo(dtype).max:.4g} or float64 params, or "
-                         f"check_finite=False to skip this check")
+                         f"dtype ({arr[here]!s} at index {theirs}); pass values within "
+                         f"+-{np.finfo(dtype).max:.4g}{wider}, or check_finite=False to "
+                         f"skip this check")
     return out
+
+
+def _private(arr):
+    """A copy of ``arr`` that only this call can reach.
+
+    Token ids, class ids and lengths index memory in the kernels, so the values checked
+    must be the values read: each is copied before its check, and the kernels read the
+    copy. A caller's array that another thread changes during the call (a data loader
+    refilling its buffer) then cannot steer a kernel outside its arrays, nor a later
+    `fastbptt.layer` ``back``, which reads the same copy; float inputs index nothing and
+    are read in place (a ``back`` keeps copies of what it reads).
+    """
+    return arr.copy()
 
 
 def _for_kernels(arr):
@@ -266,6 +271,8 @@ def _check_ids(name, arr, low, high, mask, what, shape=None):
 def _x(x, U, U_name="params U", time_major=False):
     arr = _array("x", x, "integer token ids or float inputs")
     batch = "(T, B" if time_major else "(B, T"
+    if arr.dtype.kind == "f" and not arr.size and arr.ndim in (1, 2) and not arr.shape[-1]:
+        arr = arr.astype(np.int64)          # [] or [[]]: no ids (dense x has L >= 1 features)
     if arr.dtype.kind in "iu":
         if arr.ndim not in (1, 2):
             hint = (f"; dense inputs {batch}, L) must be floats, e.g. x.astype(np.float32)"
@@ -296,7 +303,7 @@ def _lengths(lengths, B, T, single, x_shape):
                 _FULL_LENGTHS.clear()
             full = _FULL_LENGTHS[B, T] = np.full(B, T, dtype=np.int64)
         return full
-    arr = _array("lengths", lengths, "integers")
+    arr = _private(_array("lengths", lengths, "integers"))
     if arr.size == 0 and arr.dtype.kind == "f":
         arr = arr.astype(np.int64)             # [] for a batch of no sequences
     if arr.dtype.kind not in "iu":
@@ -323,6 +330,8 @@ def _steps(x_shape, B, T, single):
 def _y(y, B, T, C, single, loss, mask, check_finite, x_shape, V_shape):
     arr = _array("y", y, "integer class ids or float targets")
     lead = (T,) if single else (B, T)
+    if arr.dtype.kind == "f" and not arr.size and arr.shape == lead:
+        arr = arr.astype(np.int64)          # [] or [[]] for no steps: no class ids
     if arr.dtype.kind in "iu":
         if arr.shape != lead:
             hint = ("; pass float targets as a float array" if arr.ndim == len(lead) + 1
@@ -330,7 +339,7 @@ def _y(y, B, T, C, single, loss, mask, check_finite, x_shape, V_shape):
             raise ValueError(f"y as class ids must have shape {lead} "
                              f"({_steps(x_shape, B, T, single)}); "
                              f"got {arr.shape}{hint}")
-        arr = arr.reshape(B, T)
+        arr = _private(arr.reshape(B, T))
         _check_ids("y class ids", arr, -1, C, mask,
                    lambda: f"C={C} from params V {V_shape}, -1 = no loss", shape=lead)
         return (arr if mask is None else np.where(mask, arr, -1)).astype(np.int64, copy=False), True
@@ -343,7 +352,7 @@ def _y(y, B, T, C, single, loss, mask, check_finite, x_shape, V_shape):
     arr = arr.reshape(B, T, C)
     _check_finite("y", arr, check_finite, mask, shape=want)
     real = arr if mask is None else arr[mask]
-    if loss == LOSSES["softmax_ce"] and real.size and real.min() < 0:
+    if loss == LOSSES["softmax_ce"] and (real < 0).any():      # (a NaN hides no -5)
         negative = arr < 0
         if mask is not None:
             negative &= mask[..., None]
@@ -439,8 +448,8 @@ def _check(checked, x, lengths, check_finite, time_major=False):
     mask = None if lengths is None else np.arange(T)[None, :] < lens[:, None]
     theirs = mask if mask is None or not swap else mask.T        # in the caller's layout
     if ids:
-        xa = xa if swap else xa.reshape(B, T)
-        _check_ids("x token ids", xa, 0, L, theirs,
+        xa = _private(xa if swap else xa.reshape(B, T))     # the ids checked are the ids
+        _check_ids("x token ids", xa, 0, L, theirs,         # the kernels read
                    lambda: f"L={L} from {U_name} {first.U.shape}", shape=x_shape)
         xc = (xa if theirs is None else np.where(theirs, xa, 0)).astype(np.int64, copy=False)
     else:

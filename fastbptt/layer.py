@@ -95,15 +95,6 @@ def _upstream(name, value, problem, shape, check_finite):
     return _in_dtype(name, arr, problem.dtype, check_finite, shape, mask).reshape(shape)
 
 
-def _own(problem):
-    """The problem with a private copy of token ids, which the backward pass reads, so
-    that a later `back` cannot see changes the caller makes to their array (dense x, h0
-    and the states are copied anyway)."""
-    if problem.ids:
-        problem.x = np.array(problem.x)
-    return problem
-
-
 class _Back:
     """``back(dh, dh_final=None, dc_final=None)`` of one `vjp` call."""
 
@@ -227,7 +218,6 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
     problem = prepare_layer(x, params, cell=cell, activation=activation, h0=h0, c0=c0,
                             lengths=lengths, reverse=reverse, truncate=truncate, stride=stride,
                             check_finite=check_finite, time_major=time_major)
-    _own(problem)
     fw = run_forward(problem, store=fresh) if problem.B and problem.T else None
     out = _outputs(problem, fw)
     return out, _Back(problem, fw, out, check_finite)
