@@ -5,13 +5,22 @@ import math
 
 import numpy as np
 
+from ._masks import refuse_masked
 from .params import leaves
 
 __all__ = ["clip_grads", "global_norm"]
 
 
 def _arrays(grads):
-    return list(leaves(grads, "grads").values())
+    """The gradient arrays, each a float NumPy array (clipped in place)."""
+    arrays = leaves(grads, "grads")
+    for name, a in arrays.items():
+        refuse_masked(f"grads {name}", a)
+        if not isinstance(a, np.ndarray) or a.dtype.kind != "f":
+            kind = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
+            raise TypeError(f"grads {name} must be a float NumPy array (as fastbptt.grad "
+                            f"returns them); got {kind}")
+    return list(arrays.values())
 
 
 def global_norm(grads):
@@ -38,8 +47,8 @@ def _bound(name, value):
     """None, or a number above 0 as float (TypeError or ValueError naming it)."""
     if value is None:
         return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)) \
-            or isinstance(value, complex):
+    if isinstance(value, (bool, np.bool_)) or \
+            not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number or None; got {type(value).__name__}")
     if not value > 0:
         raise ValueError(f"{name} must be positive (None: no clipping); got {value}")

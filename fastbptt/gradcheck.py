@@ -143,6 +143,25 @@ def _no_final(b, states):
     return 0
 
 
+def _callable(impl, default, name):
+    """``impl``, or ``default`` (called ``name``) for None; TypeError for what cannot be
+    called."""
+    if impl is None:
+        return default
+    if not callable(impl):
+        raise TypeError(f"impl must be a function like {name} (or None for it); got "
+                        f"{type(impl).__name__}")
+    return impl
+
+
+def _returned(result, what):
+    """``result`` of an impl, which must carry gradients as ``what`` returns them."""
+    if not hasattr(result, "grads"):
+        raise TypeError(f"impl must return what {what} returns (gradients in .grads); got "
+                        f"{type(result).__name__}")
+    return result
+
+
 def check_grad(x, y, params, *, eps=None, impl=None, **options):
     """Worst relative error of the analytic gradient against central differences.
 
@@ -171,7 +190,7 @@ def check_grad(x, y, params, *, eps=None, impl=None, **options):
     known_options("check_grad", options, HEAD_OPTIONS)
     eps = None if eps is None else _step(eps)
     problem = prepare(x, y, params, **options)
-    result = (impl or bptt)(x, y, params, **options)
+    result = _returned(_callable(impl, bptt, "fastbptt.bptt")(x, y, params, **options), "fastbptt.bptt")
     wide = _widen(problem)
     V, c = wide.model.V, wide.model.c
 
@@ -216,7 +235,11 @@ def check_layer_grad(x, params, dh, dh_final=None, dc_final=None, *, eps=None, i
     known_options("check_layer_grad", options, LAYER_OPTIONS)
     eps = None if eps is None else _step(eps)
     problem = prepare_layer(x, params, **options)
-    result = (impl or vjp)(x, params, **options)[1](dh, dh_final, dc_final)
+    made = _callable(impl, vjp, "fastbptt.layer.vjp")(x, params, **options)
+    if not (isinstance(made, tuple) and len(made) == 2 and callable(made[1])):
+        raise TypeError(f"impl must return (out, back) as fastbptt.layer.vjp does; got "
+                        f"{type(made).__name__}")
+    result = _returned(made[1](dh, dh_final, dc_final), "back of fastbptt.layer.vjp")
     wide = _widen(problem)
     S, B, H = wide.h0.shape
     width = H * problem.directions

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ._inputs import FLOAT_DTYPES
+from ._masks import refuse_masked
 from ._params_check import check_layers, check_model
 from .params import CELLS, LAYER_NAMES, NAMES, Layer, Model, Params, _is_layer_sequence, _record
 
@@ -43,6 +44,7 @@ def _numpy(value, name, converting):
                                 "np.float64 to convert them")
             value = value.float()
         value = value.numpy()
+    refuse_masked(name, value)
     arr = np.asarray(value)
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must hold floats; got dtype {arr.dtype}")

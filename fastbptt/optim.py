@@ -13,14 +13,17 @@ from __future__ import annotations
 import numpy as np
 
 from ._kernels.adam import adam_update
+from ._masks import refuse_masked
 from .params import is_leaf_name, leaves
+
+_REAL = (int, float, np.integer, np.floating)       # numbers an option may be (not complex)
 
 __all__ = ["SGD", "Adagrad", "Adam", "OPTIMIZERS", "make_optimizer"]
 
 
 def _fraction(label, value):
     """A number in [0, 1) (a momentum or a decay rate), as float."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, _REAL):
         raise TypeError(f"{label} must be a number; got {type(value).__name__}")
     if not 0 <= value < 1:
         raise ValueError(f"{label} must lie in [0, 1); got {value}")
@@ -29,7 +32,7 @@ def _fraction(label, value):
 
 def _epsilon(value):
     """eps: a finite number above 0, as float."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, _REAL):
         raise TypeError(f"eps must be a number; got {type(value).__name__}")
     if not (value > 0 and np.isfinite(value)):
         raise ValueError(f"eps must be positive and finite; got {value}")
@@ -70,6 +73,7 @@ def _pairs(params, grads):
         gradient = g.get(name)
         if gradient is None:
             raise ValueError(f"grads has no {name!r} but params does")
+        refuse_masked(f"params {name!r}", value)
         if not isinstance(value, np.ndarray) or not value.flags.writeable:
             raise TypeError(f"params {name!r} must be a writeable NumPy array to update "
                             f"in place; got {type(value).__name__}")
@@ -79,6 +83,7 @@ def _pairs(params, grads):
         if np.shape(gradient) != value.shape:
             raise ValueError(f"grads {name!r} is {np.shape(gradient)} but params {name!r} "
                              f"is {value.shape}")
+        refuse_masked(f"grads {name!r}", gradient)
         gradient = np.asarray(gradient)
         if gradient.dtype.kind not in "iuf":
             raise TypeError(f"grads {name!r} must hold real numbers; got {gradient.dtype}")
@@ -92,7 +97,7 @@ class Optimizer:
     _buffers: tuple[str, ...] = ()
 
     def __init__(self, lr):
-        if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, (int, float, np.number)):
+        if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, _REAL):
             raise TypeError(f"lr must be a number; got {type(lr).__name__}")
         if not lr > 0 or not np.isfinite(lr):
             raise ValueError(f"lr must be positive and finite; got {lr}")
@@ -162,7 +167,7 @@ class Optimizer:
         except (TypeError, ValueError) as error:
             raise ValueError(f"the {kind} state's {error}") from None
         t = state["t"]
-        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, float, np.number)) \
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, _REAL) \
                 or not float(t).is_integer() or t < 0:
             raise ValueError(f"the {kind} state's step count t must be a whole number >= 0; "
                              f"got {t!r}")

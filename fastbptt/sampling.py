@@ -12,9 +12,12 @@ import numpy as np
 
 from . import layer
 from ._inputs import ACTIVATIONS
+from ._masks import refuse_masked
+from ._params_check import check_model
 from .params import Model, generator, leaves, read_model
 from .reference.cells import CELLS, State
 from .reference.layer import run
+from .text import Codec
 
 __all__ = ["sample", "sample_ids"]
 
@@ -48,6 +51,7 @@ def _model(params):
                          "reads the characters that are still to be drawn")
     if model.V is None:
         raise ValueError("params have no output layer (V) to draw characters from")
+    model = check_model(params, check_finite=False).model    # shapes, dtypes, as grad's
     L, C = model.layers[0][0].U.shape[1], model.V.shape[0]
     if C != L:
         raise ValueError(f"a model that generates text reads each character it draws: its "
@@ -87,6 +91,7 @@ def _start(model, stacked, h0, c0):
 
 def _prime(prime_ids, size):
     """The prime as a 1-D int64 array of ids below ``size``."""
+    refuse_masked("prime_ids", prime_ids)
     ids = np.asarray(prime_ids)
     if ids.size == 0:
         return np.zeros(0, np.int64)
@@ -114,7 +119,7 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
         raise ValueError(f"temperature must be positive; got {temperature}")
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ValueError(f"the number of ids to draw must be an int of at least 0; got {n!r}")
-    if activation not in ACTIVATIONS:
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose from "
                          f"{', '.join(ACTIVATIONS)}")
     rng = generator(rng, "rng")
@@ -159,6 +164,9 @@ def sample(params, codec, *, prime="", chars=200, temperature=1.0, rng=None,
     """``chars`` characters continuing ``prime`` (the prime itself is not included)."""
     if not isinstance(prime, str):
         raise TypeError(f"prime must be a str; got {type(prime).__name__}")
+    if not isinstance(codec, Codec):
+        raise TypeError(f"codec must be a fastbptt.Codec (Codec.from_text(text), or a "
+                        f"checkpoint's); got {type(codec).__name__}")
     size = _model(params)[0].V.shape[0]
     if size != len(codec):
         raise ValueError(f"the model draws from {size} characters, the codec has "

@@ -17,6 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._masks import refuse_masked as _refuse_masked
+
 __all__ = ["Codec", "StreamBatcher", "Batch", "unigram_entropy", "block_ids"]
 
 
@@ -25,6 +27,10 @@ class Codec:
 
     def __init__(self, chars):
         chars = list(chars)
+        odd = next((c for c in chars if not (isinstance(c, str) and len(c) == 1)), None)
+        if odd is not None:
+            raise TypeError(f"a vocabulary is characters (str of length 1, or one str of "
+                            f"them); got {odd!r}")
         if len(set(chars)) != len(chars):
             raise ValueError("the vocabulary has repeated characters")
         if not chars:
@@ -43,7 +49,12 @@ class Codec:
     @classmethod
     def from_array(cls, codes):
         """From `to_array`'s code points."""
-        return cls([chr(int(c)) for c in np.asarray(codes)])
+        _refuse_masked("codes", codes)
+        codes = np.asarray(codes)
+        if codes.ndim != 1 or (codes.size and codes.dtype.kind not in "iu"):
+            raise TypeError(f"codes must be a 1-D array of integer code points; got "
+                            f"{codes.ndim}-D {codes.dtype}")
+        return cls([chr(int(c)) for c in codes])
 
     def to_array(self):
         """The vocabulary as int32 code points (what a checkpoint stores)."""
@@ -57,6 +68,8 @@ class Codec:
 
     def encode(self, text):
         """int64 ids of ``text``; ValueError naming any character outside the vocabulary."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str; got {type(text).__name__}")
         codes = np.frombuffer(text.encode("utf-32-le"), np.uint32).astype(np.int64)
         ids = np.full(codes.shape, -1, np.int64)
         inside = codes < self._table.size
@@ -69,6 +82,7 @@ class Codec:
     def decode(self, ids):
         """The text of ``ids``: integers in [0, len(self)) (ValueError for others, such as
         the -1 that marks a step without loss in targets)."""
+        _refuse_masked("ids", ids)
         ids = np.asarray(ids).reshape(-1)
         if ids.size and ids.dtype.kind not in "iu":
             raise TypeError(f"ids must be integers; got {ids.dtype}")
@@ -109,7 +123,16 @@ class StreamBatcher:
     """
 
     def __init__(self, ids, batch, steps, *, segment=None):
-        ids = np.ascontiguousarray(ids, np.int64).reshape(-1)
+        sizes = {"batch": batch, "steps": steps, **({} if segment is None else
+                                                     {"segment": segment})}
+        for name, value in sizes.items():
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an int; got {value!r}")
+        _refuse_masked("ids", ids)
+        given = np.asarray(ids)
+        if given.size and given.dtype.kind not in "iu":
+            raise TypeError(f"ids must be integer token ids; got dtype {given.dtype}")
+        ids = np.ascontiguousarray(given, np.int64).reshape(-1)
         if batch < 1 or steps < 1:
             raise ValueError(f"batch and steps must be at least 1; got {batch}, {steps}")
         if segment is None:

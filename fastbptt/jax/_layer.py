@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import layer as _layer
 from .._bridge_options import check_truncation
-from .._inputs import prepare_layer
+from .._inputs import _refuse_masked, prepare_layer
 from .._params_check import check_layers
 from ..params import CELLS, LAYER_NAMES, Layer, read_layer
 from . import _kept
@@ -212,6 +212,7 @@ def _entry(name, value):
     """One entry of the params as a JAX array (None stays None), refusing containers."""
     if value is None or isinstance(value, jax.Array):
         return value
+    _refuse_masked(f"params {name}", value)
     if not jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(value)):
         raise TypeError(f"params {name} must be an array, not a {type(value).__name__}: params "
                         f"are {ONE_LAYER}, with one array at each entry and nothing nested")
@@ -297,6 +298,8 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     leaves, names, dtype, (L, H), empty = _check_params(cell, params)
     if x is None:
         raise TypeError("x must be token ids or dense floats; got None")
+    for name, value in (("x", x), ("h0", h0), ("c0", c0), ("lengths", lengths)):
+        _refuse_masked(name, value)        # np.asarray and jnp.asarray drop the mask
     given_x, given_lengths = _given(x), _given(lengths)
     x = jnp.asarray(x if given_x is None else given_x)
     ids = bool(jnp.issubdtype(x.dtype, jnp.integer))

@@ -39,8 +39,22 @@ def sigmoid(a):
     return np.where(a >= 0, 1 / (1 + e), e / (1 + e))
 
 
+ACTIVATION_CODES = {"tanh": 0, "sigmoid": 1, "relu": 2, "identity": 3}
+
+
+def activation_code(activation):
+    """The code of an activation given by name ("tanh") or code (0 ... 3)."""
+    code = ACTIVATION_CODES.get(activation) if isinstance(activation, str) else activation
+    if isinstance(code, bool) or code not in (0, 1, 2, 3):
+        raise ValueError(f"activation must be one of {', '.join(ACTIVATION_CODES)} or its "
+                         f"code 0 ... 3; got {activation!r}")
+    return code
+
+
 def activate(a, activation):
-    """f(a) for activation code 0 tanh, 1 sigmoid, 2 relu, 3 identity."""
+    """f(a) for the activation tanh, sigmoid, relu or identity (by name, or by its code
+    0, 1, 2, 3)."""
+    activation = activation_code(activation)
     if activation == 0:
         return np.tanh(a)
     if activation == 1:
@@ -51,7 +65,8 @@ def activate(a, activation):
 
 
 def derivative(h, activation):
-    """f'(a) read off the output h = f(a) (SPEC.md §2)."""
+    """f'(a) read off the output h = f(a) (SPEC.md §2); activation as for `activate`."""
+    activation = activation_code(activation)
     if activation == 0:
         return 1 - h * h
     if activation == 1:

@@ -24,12 +24,21 @@ def output(h, V, c):
     return V @ h if c is None else V @ h + c
 
 
+_LOSS_CODES = {"softmax_ce": 0, "mse": 1}
+
+
 @ignore_invalid_flag
 def output_error(o, target, y_ids, loss):
-    """(L_t, e_t = dL_t/do_t) for one output vector o; target is a class id or a row.
+    """(L_t, e_t = dL_t/do_t) for one output vector o; target is a class id or a row;
+    loss "softmax_ce" or "mse" (or their codes 0, 1).
 
     L_t is a NumPy scalar of o's dtype (finite differences run this in extended precision).
     """
+    code = _LOSS_CODES.get(loss) if isinstance(loss, str) else loss
+    if isinstance(code, bool) or code not in (0, 1):
+        raise ValueError(f"loss must be 'softmax_ce' or 'mse' (or their codes 0, 1); got "
+                         f"{loss!r}")
+    loss = code
     if y_ids:
         if target < 0:                      # -1: no loss at this step
             return 0.0, np.zeros_like(o)

@@ -25,9 +25,13 @@ __all__ = ["Run", "run", "sweep", "window_start", "windows"]
 
 
 def window_start(t, truncate, stride):
-    """lo(t): the earliest step that the error of output t reaches (SPEC.md §3)."""
+    """lo(t): the earliest step that the error of output t reaches (SPEC.md §3), for
+    truncate k >= 1 (None: full BPTT) and stride 1 <= s <= k."""
     if truncate is None:
         return 0
+    if not 1 <= stride <= truncate:
+        raise ValueError(f"window_start needs 1 <= stride <= truncate; got stride={stride}, "
+                         f"truncate={truncate}")
     return max(0, (t // stride + 1) * stride - truncate)
 
 

@@ -1,0 +1,157 @@
+"""The public helpers around the entry points (sampling, optimisers, clipping, text,
+gradient checks, the reference's building blocks, the JAX bridge) refuse what the entry
+points refuse, naming the argument, instead of reading it wrongly or failing inside."""
+import numpy as np
+import numpy.ma as ma
+import pytest
+
+import fastbptt
+from fastbptt import reference
+from fastbptt.sampling import sample_ids
+from fastbptt.text import Codec, StreamBatcher
+
+P = fastbptt.init_params(5, 4, 5, seed=0)
+MASKED = "is a masked array, and fastbptt does not read masks"
+
+
+def test_masked_arrays_are_refused_by_every_helper():
+    grads = fastbptt.grad(np.array([0, 1, 2]), np.array([1, 2, 3]), P)
+    masked_U = grads._replace(U=ma.masked_array(grads.U, mask=True))
+    copy = fastbptt.Params(*(a.copy() for a in P))
+    calls = [
+        (lambda: sample_ids(P, ma.masked_array([0, 3], mask=[0, 1]), 3, rng=0),
+         "prime_ids " + MASKED),
+        (lambda: fastbptt.SGD(0.1).step(copy, masked_U), "grads 'U' " + MASKED),
+        (lambda: fastbptt.clip_grads(masked_U, max_norm=1.0), "grads U " + MASKED),
+        (lambda: Codec("abcde").decode(ma.masked_array([0, 1], mask=[1, 0])), "ids " + MASKED),
+        (lambda: StreamBatcher(ma.masked_array(np.arange(8), mask=[1, 0] * 4), 1, 3),
+         "ids " + MASKED),
+        (lambda: fastbptt.from_torch({"weight_ih_l0": ma.masked_array(np.ones((4, 5))),
+                                      "weight_hh_l0": np.zeros((4, 4))}),
+         r"rnn_state_dict\['weight_ih_l0'\] " + MASKED),
+    ]
+    for call, phrase in calls:
+        with pytest.raises(TypeError, match=phrase):
+            call()
+    assert np.array_equal(copy.U, P.U)
+
+
+def test_the_jax_functions_refuse_masked_arrays():
+    pytest.importorskip("jax", reason="needs JAX (the jax extra)")
+    from fastbptt import jax as fj
+
+    layer = fastbptt.Layer(P.U, P.W)
+    x = np.array([[0, 1, 2], [3, 4, 0]])
+    for kwargs, name in (({"lengths": ma.masked_array([3, 2], mask=[1, 0])}, "lengths"),
+                         ({"h0": ma.masked_array(np.zeros((2, 4)), mask=True)}, "h0")):
+        with pytest.raises(TypeError, match=f"^{name} " + MASKED):
+            fj.rnn(layer, x, **kwargs)
+    with pytest.raises(TypeError, match="^x " + MASKED):
+        fj.rnn(layer, ma.masked_array(x, mask=x == 0))
+    with pytest.raises(TypeError, match="^params U " + MASKED):
+        fj.rnn(fastbptt.Layer(ma.masked_array(P.U), P.W), x)
+
+
+def test_clip_grads_takes_float_arrays_and_real_bounds():
+    with pytest.raises(TypeError, match="grads U must be a float NumPy array .*got int64"):
+        fastbptt.clip_grads({"U": np.array([[6, 8]]), "W": np.zeros((1, 1)),
+                             "V": np.zeros((1, 1))}, max_norm=5)
+    with pytest.raises(TypeError, match="got complex64"):
+        fastbptt.clip_grads(P._replace(U=P.U + 0j), max_norm=5)
+    with pytest.raises(TypeError, match="got list"):
+        fastbptt.clip_grads(P._replace(U=P.U.tolist()), max_norm=5)
+    with pytest.raises(TypeError, match="max_norm must be a number or None; got complex64"):
+        fastbptt.clip_grads(fastbptt.Params(*(a.copy() for a in P)),
+                            max_norm=np.complex64(1 + 5j))
+
+
+@pytest.mark.parametrize("make", [lambda v: fastbptt.SGD(v), lambda v: fastbptt.Adam(v),
+                                  lambda v: fastbptt.SGD(0.1, momentum=v),
+                                  lambda v: fastbptt.Adam(eps=v)])
+def test_optimizer_options_may_not_be_complex(make):
+    with pytest.raises(TypeError, match="must be a number; got complex128"):
+        make(np.complex128(0.1 + 5j))
+
+
+def test_sampling_checks_params_as_grad_does():
+    codec = Codec.from_text("abcde")
+    cases = [(P._replace(V=P.V[:, :3]), ValueError, r"params V must be \(output_size, 4\)"),
+             (P._replace(c=P.c[:3]), ValueError, r"params c must have shape \(5,\)"),
+             (P._replace(U=P.U + 0j), TypeError, "params U must hold floats"),
+             (P._replace(U=P.U.astype(np.float64)), TypeError, "params must share one dtype"),
+             (P._replace(V=P.V.tolist()), TypeError, "params must share one dtype")]
+    for params, error, phrase in cases:
+        with pytest.raises(error, match=phrase):
+            fastbptt.sample(params, codec, prime="a", chars=3, rng=0)
+    with pytest.raises(ValueError, match=r"unknown activation \['tanh'\]"):
+        fastbptt.sample(P, codec, chars=3, activation=["tanh"])
+    with pytest.raises(TypeError, match="codec must be a fastbptt.Codec .*got str"):
+        fastbptt.sample(P, "abcde", prime="a", chars=3)
+
+
+def test_text_helpers_check_their_arguments():
+    ids = np.arange(20)
+    cases = [(lambda: StreamBatcher(ids, 2.0, 3), "batch must be an int; got 2.0"),
+             (lambda: StreamBatcher(ids, None, 3), "batch must be an int; got None"),
+             (lambda: StreamBatcher(ids, 2, 2.5), "steps must be an int; got 2.5"),
+             (lambda: StreamBatcher(ids + 0.5, 2, 3), "ids must be integer token ids; got "
+                                                      "dtype float64"),
+             (lambda: Codec([1, 2]), r"a vocabulary is characters .*got 1"),
+             (lambda: Codec(["ab", "c"]), "got 'ab'"),
+             (lambda: Codec("abc").encode(b"ab"), "text must be a str; got bytes"),
+             (lambda: Codec.from_array([97.9, 98.2]), "codes must be a 1-D array of integer "
+                                                      "code points; got 1-D float64")]
+    for call, phrase in cases:
+        with pytest.raises(TypeError, match=phrase):
+            call()
+    assert StreamBatcher(ids, 2, 3, segment=np.int64(9)).next().x.shape == (2, 3)
+
+
+def test_check_grad_names_a_bad_impl():
+    p = fastbptt.init_params(3, 2, 3, seed=0, dtype=np.float64)
+    x = np.array([0, 1, 2])
+    with pytest.raises(TypeError, match="impl must be a function like fastbptt.bptt .*got str"):
+        fastbptt.check_grad(x, x, p, impl="bptt")
+    with pytest.raises(TypeError, match=r"impl must return what fastbptt.bptt returns "
+                                        r"\(gradients in .grads\); got tuple"):
+        fastbptt.check_grad(x, x, p, impl=lambda *a, **k: (0, 0))
+    layer = fastbptt.Layer(p.U, p.W, p.b)
+    with pytest.raises(TypeError, match=r"impl must return \(out, back\)"):
+        fastbptt.check_layer_grad(x, layer, np.ones((3, 2)), impl=lambda *a, **k: 3)
+
+
+def test_the_references_building_blocks_take_names_and_refuse_nonsense():
+    a = np.array([-1.0, 2.0])
+    np.testing.assert_array_equal(reference.activate(a, "tanh"), np.tanh(a))
+    np.testing.assert_array_equal(reference.derivative(a, "relu"), [0.0, 1.0])
+    loss, e = reference.output_error(np.array([1.0, 2.0]), np.array([0.0, 1.0]), False, "mse")
+    assert loss == 1.0 and np.array_equal(e, [1.0, 1.0])
+    assert reference.output_error(a, 1, True, "softmax_ce")[0] == \
+        reference.output_error(a, 1, True, 0)[0]
+    with pytest.raises(ValueError, match="activation must be one of tanh, sigmoid, relu, "
+                                         "identity or its code 0 ... 3; got 'foo'"):
+        reference.activate(a, "foo")
+    with pytest.raises(ValueError, match="activation must be .*got 7"):
+        reference.derivative(a, 7)
+    with pytest.raises(ValueError, match="loss must be 'softmax_ce' or 'mse' .*got 'bad'"):
+        reference.output_error(a, 1, True, "bad")
+    for truncate, stride in ((-1, 1), (2, 0), (0, 1), (2, 3)):
+        with pytest.raises(ValueError, match="needs 1 <= stride <= truncate"):
+            reference.window_start(3, truncate, stride)
+    assert reference.windows(4, 3, 1) == {0: [0, 1, 2], 1: [3]}
+
+
+def test_messages_say_the_value_and_a_fix_that_applies():
+    p64 = fastbptt.init_params(5, 4, 3, seed=0, dtype=np.float64)
+    x = np.zeros((2, 3, 5), np.longdouble)
+    x[1, 2, 4] = np.longdouble("1e400")
+    with pytest.raises(ValueError, match=r"overflows float64, the params' dtype \(1e\+400 at "
+                                         r"index \(1, 2, 4\)\); pass values within "
+                                         r"\+-1.798e\+308, or check_finite"):
+        fastbptt.loss(x, np.zeros((2, 3), int), p64)
+    y = np.ones((1, 2, 3))
+    y[0, 0, 0], y[0, 1, 1] = -5.0, np.nan
+    with pytest.raises(ValueError, match=r"non-negative weights; got -5.0 at index \(0, 0, 0\)"):
+        fastbptt.loss(np.array([[1, 2]]), y, p64, check_finite=False)
+    for x, y in (([], []), ([[]], [[]])):
+        assert fastbptt.loss(x, y, p64) == 0.0
