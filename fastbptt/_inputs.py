@@ -366,11 +366,12 @@ def _y(y, B, T, C, single, loss, mask, check_finite, x_shape, V_shape):
 def _full_bptt(truncate, stride, T):
     """Whether BPTT(truncate; stride) cuts nothing in T steps: lo(t) = 0 for every t < T.
 
-    lo(t) = max(0, (t // s + 1) s - k) is 0 for all t < T when s >= T (one block) or
-    k >= (T - 1) + s (the last block's end). Such calls run as full BPTT, so sizes
-    beyond the kernels' integers (truncate=10**20) never reach them.
+    lo(t) = max(0, (t // s + 1) s - k) grows with t, so it is 0 for all t < T exactly
+    when it is at t = T - 1: the end of the last block, ((T - 1) // s + 1) s, is at most
+    k (always so for one block, s >= T). Such calls run as full BPTT, so sizes beyond
+    the kernels' integers (truncate=10**20) never reach them.
     """
-    return truncate is None or stride >= T or truncate >= T - 1 + stride
+    return truncate is None or stride >= T or ((T - 1) // stride + 1) * stride <= truncate
 
 
 def _truncation(truncate, stride):

@@ -359,6 +359,40 @@ def test_big_truncate_and_stride_are_full_bptt():
                 np.testing.assert_allclose(g, w, rtol=0, atol=1e-12 * np.abs(w).max())
 
 
+def test_every_truncation_that_cuts_nothing_is_full_bptt_and_no_other():
+    """lo(t) = 0 for all t < T exactly when ((T - 1) // s + 1) s <= k: such a call is
+    full BPTT wherever full BPTT is the only choice (a reverse direction, windows on a
+    stack), and a call that cuts is refused there."""
+    from fastbptt.reference import window_start
+
+    rng = np.random.default_rng(0)
+    model = fastbptt.init_params(3, 4, 2, num_layers=2, bidirectional=True,
+                                 dtype=np.float64, seed=0)
+    layer = fastbptt.Layer(model.layers[0][0].U, model.layers[0][0].W)
+    for n in range(1, 9):
+        x = rng.normal(size=(2, n, 3))
+        y = rng.integers(0, 2, (2, n))
+        full = fastbptt.bptt(x, y, model)
+        dh = np.ones((2, n, 4))
+        back = fastbptt.layer.vjp(x, layer, reverse=True)[1](dh).grads.W
+        for k in range(1, n + 3):
+            for s in range(1, k + 1):
+                nothing = all(window_start(t, k, s) == 0 for t in range(n))
+                if not nothing:
+                    with pytest.raises(ValueError, match="not supported"):
+                        fastbptt.bptt(x, y, model, truncate=k, stride=s)
+                    with pytest.raises(ValueError, match="not supported with reverse=True"):
+                        fastbptt.layer.vjp(x, layer, reverse=True, truncate=k, stride=s)
+                    continue
+                cut = fastbptt.bptt(x, y, model, truncate=k, stride=s)
+                assert cut.loss == full.loss
+                assert all(np.array_equal(a, b) for a, b in zip(
+                    fastbptt.params.leaves(cut.grads).values(),
+                    fastbptt.params.leaves(full.grads).values()))
+                got = fastbptt.layer.vjp(x, layer, reverse=True, truncate=k, stride=s)[1](dh)
+                assert np.array_equal(got.grads.W, back)
+
+
 def test_check_finite_false_skips_the_scan():
     """Without the scan a NaN weight is not an error: it shows in the results instead."""
     bad = params(W=np.where(np.eye(H, dtype=bool), np.nan, P.W))
