@@ -75,7 +75,16 @@ def _silence():
 
 
 def _worker_wait():
-    return float(os.environ.get("FASTBPTT_WORKER_WAIT", 60))
+    """FASTBPTT_WORKER_WAIT: seconds to wait for workers (60), or ValueError."""
+    text = os.environ.get("FASTBPTT_WORKER_WAIT", "60")
+    try:
+        wait = float(text)
+    except ValueError:
+        wait = math.nan
+    if not 0 <= wait < math.inf:
+        raise ValueError(f"FASTBPTT_WORKER_WAIT must be a finite number of seconds, 0 or "
+                         f"more; got {text!r}")
+    return wait
 
 
 class Layout:
@@ -132,6 +141,10 @@ class Mapping:
         try:
             if create:
                 os.ftruncate(fd, self.stride * parts)
+                # The pages now, or ENOSPC: in a sparse file, the first write past a full
+                # /dev/shm would kill the process that makes it (SIGBUS).
+                if hasattr(os, "posix_fallocate"):
+                    os.posix_fallocate(fd, 0, self.stride * parts)
             self.map = mmap.mmap(fd, self.stride * parts)
         finally:
             os.close(fd)

@@ -1,0 +1,41 @@
+"""Limits of a local cluster's machine met with a clear outcome: a /dev/shm too small for
+the shared buffers, and a FASTBPTT_WORKER_WAIT that is no number of seconds."""
+import errno
+import os
+
+import pytest
+
+import fastbptt
+
+distributed = pytest.importorskip("fastbptt.distributed", reason="needs dask[distributed]")
+
+
+def test_a_mapping_that_dev_shm_cannot_hold_is_not_made(tmp_path, monkeypatch):
+    """The pages are reserved when the mapping is made: a full /dev/shm is ENOSPC there
+    (the run then sends its buffers over TCP), not a SIGBUS at the first write."""
+    if not hasattr(os, "posix_fallocate"):
+        pytest.skip("no posix_fallocate on this system")
+    layout = distributed.Layout(fastbptt.init_params(5, 8, 5, seed=0))
+    monkeypatch.setattr(distributed.Mapping, "FOLDER", str(tmp_path))
+    made = distributed.Mapping.create(layout, 2)
+    assert made is not None and made.part(2).size == layout.size
+    made.remove()
+    calls = []
+
+    def full(fd, offset, length):
+        calls.append(length)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    assert distributed.Mapping.create(layout, 2) is None
+    assert calls == [made.stride * 3] and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("text", ["nan", "abc", "-1", "inf", ""])
+def test_a_worker_wait_that_is_no_number_of_seconds_is_named(monkeypatch, text):
+    monkeypatch.setenv("FASTBPTT_WORKER_WAIT", text)
+    with pytest.raises(ValueError, match="FASTBPTT_WORKER_WAIT must be a finite number of "
+                                         f"seconds, 0 or more; got '{text}'"):
+        distributed._worker_wait()
+    monkeypatch.setenv("FASTBPTT_WORKER_WAIT", "2.5")
+    assert distributed._worker_wait() == 2.5
