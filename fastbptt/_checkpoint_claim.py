@@ -72,8 +72,9 @@ def _locked(fcntl, lock, path, option):
                     "this one another --checkpoint") from None
             return None                     # no locks on this file system
         if _same_file(fd, lock):
-            os.ftruncate(fd, 0)
-            os.write(fd, str(os.getpid()).encode())
+            with contextlib.suppress(OSError):      # who holds it, for another run's
+                os.ftruncate(fd, 0)                 # message; a full disk leaves it out
+                os.write(fd, str(os.getpid()).encode())
             return fd
         os.close(fd)                        # unlinked by the run that just ended
     return None

@@ -4,6 +4,8 @@ signals back until the file is complete and words a failure the same way.
 """
 from __future__ import annotations
 
+import shlex
+
 from ._command_errors import CommandError, describe
 from ._cursors import BlockLost
 
@@ -67,7 +69,7 @@ def resume_hint(path, changes="", budget=None):
     when the run had one (a checkpoint keeps the model's options, not the budget of the
     invocation that wrote it), and ``changes``."""
     steps = "" if budget is None else f" --steps {budget}"
-    return f"`fastbptt train --resume --checkpoint {path}{steps}{changes}`"
+    return f"`fastbptt train --resume --checkpoint {shlex.quote(str(path))}{steps}{changes}`"
 
 
 def _kept(trainer, path, budget):

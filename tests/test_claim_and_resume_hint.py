@@ -1,0 +1,35 @@
+"""A checkpoint's claim on a full disk, and the resume command as a shell reads it."""
+import errno
+import os
+import shlex
+
+import pytest
+
+from fastbptt import _checkpoint_claim
+from fastbptt._run_saves import resume_hint
+
+
+def test_a_claim_holds_when_the_disk_cannot_take_the_holders_process_id(tmp_path,
+                                                                          monkeypatch):
+    path = tmp_path / "run.npz"
+    real_write = os.write
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with _checkpoint_claim.claimed(str(path)):
+        assert os.path.exists(_checkpoint_claim.lock_path(str(path)))
+        monkeypatch.setattr(os, "write", real_write)
+        with pytest.raises(Exception, match="is being written by another fastbptt train"):
+            with _checkpoint_claim.claimed(str(path)):
+                pass
+    assert not os.path.exists(_checkpoint_claim.lock_path(str(path)))
+
+
+@pytest.mark.parametrize("path", ["run.npz", "sp ace.npz", "it's.npz", "a;b.npz"])
+def test_the_resume_command_reads_back_as_its_path(path):
+    hint = resume_hint(path, budget=1500)
+    assert hint.startswith("`") and hint.endswith("`")
+    words = shlex.split(hint[1:-1])
+    assert words == ["fastbptt", "train", "--resume", "--checkpoint", path, "--steps", "1500"]
