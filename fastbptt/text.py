@@ -19,7 +19,7 @@ import numpy as np
 
 from ._masks import refuse_masked as _refuse_masked
 
-__all__ = ["Codec", "StreamBatcher", "Batch", "unigram_entropy", "block_ids"]
+__all__ = ["Codec", "StreamBatcher", "Batch", "unigram_entropy", "block_ids", "check_position"]
 
 
 class Codec:
@@ -171,14 +171,20 @@ class StreamBatcher:
 
     def load_state_dict(self, state):
         """Restore `state_dict`'s position; ValueError for one this batcher cannot have."""
-        pos, passes = state["pos"], state["passes"]
-        for name, value in (("pos", pos), ("passes", passes)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise ValueError(f"batcher {name} must be an int; got {value!r}")
-        if not (0 <= pos <= self.segment and passes >= 0):
-            raise ValueError(f"batcher position {pos} (pass {passes}) lies outside a segment "
-                             f"of {self.segment} steps")
-        self.pos, self.passes = int(pos), int(passes)
+        self.pos, self.passes = check_position(state, self.segment)
+
+
+def check_position(state, segment):
+    """(pos, passes) of a batcher's `state_dict` for segments of ``segment`` steps;
+    ValueError for a position no such batcher can have, KeyError for a missing entry."""
+    pos, passes = state["pos"], state["passes"]
+    for name, value in (("pos", pos), ("passes", passes)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ValueError(f"batcher {name} must be an int; got {value!r}")
+    if not (0 <= pos <= segment and passes >= 0):
+        raise ValueError(f"batcher position {pos} (pass {passes}) lies outside a segment "
+                         f"of {segment} steps")
+    return int(pos), int(passes)
 
 
 def block_ids(ids, batch, first, stop):

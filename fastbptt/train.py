@@ -31,7 +31,7 @@ from .clip import clip_grads
 from .optim import make_optimizer
 from .params import from_leaves, init_params, leaves
 from .sampling import sample
-from .text import StreamBatcher
+from .text import StreamBatcher, check_position
 
 __all__ = ["TrainOptions", "Trainer", "Diverged", "evaluate", "OPTION_RANGES"]
 
@@ -86,6 +86,9 @@ class Trainer:
             _resume.check_model(self.params, self.codec, options, states[0],
                                 self.optimizer.state, states[1])
             self.optimizer.check_complete(leaves(self.params))
+            # here, not only where the cursors are placed (a worker's error would not
+            # say that the checkpoint is at fault)
+            check_position(resume.batcher, (len(self.train_ids) - 1) // options.batch)
             carried = Carried(resume.batcher, h if states[0] is None else states[0],
                               c if states[0] is None else states[1])
             self.step = resume.step

@@ -267,3 +267,26 @@ def test_a_resume_refuses_state_the_run_could_not_have_written(saved, change, ph
     with pytest.raises((ValueError, TypeError)) as info:
         Trainer(options, codec.encode(TEXT), codec, resume=ck)
     assert phrase in str(info.value), info.value
+
+
+@pytest.mark.parametrize("batcher,error", [({"pos": 10**9, "passes": 0}, ValueError),
+                                           ({"pos": "3", "passes": 0}, ValueError),
+                                           ({"pos": 0, "passes": -1}, ValueError),
+                                           ({"passes": 0}, KeyError)])
+def test_a_cursor_position_the_text_cannot_have_is_refused_before_placing(trainer, tmp_path,
+                                                                           batcher, error):
+    """Where the cursors go to workers, a bad position must still be the checkpoint's
+    fault, found here and not in a worker."""
+    path = tmp_path / "run.npz"
+    trainer.save(path)
+    bad = dataclasses.replace(checkpoint.load(path), batcher=batcher)
+    placed = []
+
+    def placement(*args):
+        placed.append(args)
+        raise AssertionError("placed")
+
+    with pytest.raises(error):
+        Trainer(trainer.options, trainer.train_ids, trainer.codec, resume=bad,
+                placement=placement)
+    assert not placed
