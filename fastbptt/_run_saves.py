@@ -9,7 +9,8 @@ import shlex
 from ._command_errors import CommandError, describe
 from ._cursors import BlockLost
 
-__all__ = ["save_checkpoint", "Diverged", "NothingToSave", "Schedule", "failure"]
+__all__ = ["save_checkpoint", "Diverged", "NothingToSave", "Schedule", "failure", "kept",
+           "resume_hint"]
 
 
 class Diverged(ArithmeticError):
@@ -72,7 +73,7 @@ def resume_hint(path, changes="", budget=None):
     return f"`fastbptt train --resume --checkpoint {shlex.quote(str(path))}{steps}{changes}`"
 
 
-def _kept(trainer, path, budget):
+def kept(trainer, path, budget):
     """What is left when nothing could be saved: the last checkpoint, and how to resume."""
     saved = trainer.last_saved
     return f"nothing was saved over {path}" + (
@@ -85,10 +86,10 @@ def failure(error, trainer, path, extra, guard, budget=None):
     the last good state when the trainer holds one; ``budget``: the run's --steps."""
     lr = trainer.options.lr
     if isinstance(error, NothingToSave):
-        return CommandError(f"{error}; {_kept(trainer, path, budget)}")
+        return CommandError(f"{error}; {kept(trainer, path, budget)}")
     if trainer.blocks is None:          # a placement failed: no cursors, no state to save
         return CommandError(f"{describe(error)} while the run was placed again; "
-                            f"{_kept(trainer, path, budget)}")
+                            f"{kept(trainer, path, budget)}")
     if isinstance(error, Diverged):
         return _diverged(error, trainer, path, lr, budget)
     if not trainer.consistent:
@@ -101,7 +102,7 @@ def failure(error, trainer, path, extra, guard, budget=None):
         return CommandError(f"{describe(error)} after step {trainer.step}, and {unsaved}")
     except BlockLost as lost:
         return CommandError(f"{describe(error)} after step {trainer.step}, and {lost} before "
-                            f"its cursors' states were saved; {_kept(trainer, path, budget)}")
+                            f"its cursors' states were saved; {kept(trainer, path, budget)}")
     return CommandError(f"{describe(error)} after step {trainer.step}; the state after "
                         f"that step is saved in {path}, and {resume_hint(path, budget=budget)} "
                         "continues from it")

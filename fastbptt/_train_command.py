@@ -25,8 +25,8 @@ from ._checkpoint_claim import claimed
 from ._command_errors import CommandError, UsageError, describe
 from ._cursors import BlockLost, warm_up
 from ._ranges import flag
-from ._run_saves import NothingToSave, Schedule, failure, resume_hint, save_checkpoint
-from ._signals import SignalGuard
+from ._run_saves import NothingToSave, Schedule, failure, kept, resume_hint, save_checkpoint
+from ._signals import Interrupted, SignalGuard
 from ._train_options import DEFAULT_CHECKPOINT_EVERY, DEFAULT_TIME
 from .params import from_leaves, leaves
 from .sampling import sample
@@ -415,7 +415,16 @@ class _Loop:
 
     def finish(self):
         """The loop, then the save that ends it (placed again and retried, with the loop,
-        when a worker left). CommandError for any failure."""
+        when a worker left). CommandError for any failure; `Interrupted` for a signal that
+        came while the run waited for workers to place it on again."""
+        try:
+            self._finish()
+        except Interrupted as stop:
+            raise Interrupted(stop.signum, f"while the run waited for Dask workers; "
+                              f"{kept(self.trainer, self.args.checkpoint, self.args.steps)}"
+                              ) from None
+
+    def _finish(self):
         while True:
             try:
                 self.run()
@@ -445,6 +454,8 @@ def _train(args, r, guard, out):
     say = _printer(out)
     trainer = r.trainer
     with guard.deferred():
+        if r.workers is not None:
+            r.workers.stopped = lambda: guard.received
         loop = _Loop(args, r, guard, out)
         try:
             loop.finish()

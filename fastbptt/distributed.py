@@ -56,6 +56,7 @@ from . import __version__
 from ._cursors import BlockLost, CursorBlock, block_args, merge_states, split_rows
 from ._cursors import warm_up
 from ._run_saves import NothingToSave
+from ._signals import Interrupted
 from ._step_socket import Closed, Listener, connect, serve
 from ._threads import ensure_default_threads
 from .params import from_leaves, leaves
@@ -221,16 +222,33 @@ class _Block:
 
 
 class _IgnoreInterrupts(WorkerPlugin):
-    """A local cluster's workers ignore SIGINT and SIGHUP, which a terminal sends to the
-    whole process group: the run itself handles them (it saves its checkpoint, which
-    needs the workers' carried states)."""
+    """A local cluster's workers ignore SIGINT, SIGHUP and SIGTERM, which a terminal, GNU
+    timeout or a service manager send to the whole process group: the run itself handles
+    them (it saves its checkpoint, which needs the workers' carried states), then closes
+    the cluster, whose nannies stop the workers through a queue (and SIGKILL)."""
 
     name = "fastbptt-ignore-interrupts"
 
     def setup(self, worker):
-        for name in ("SIGINT", "SIGHUP"):
+        for name in ("SIGINT", "SIGHUP", "SIGTERM"):
             if hasattr(signal, name):
                 signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
+def _start_resource_tracker():
+    """multiprocessing's resource tracker, which the workers' start needs, started with
+    SIGHUP blocked, so that it outlives a hang-up sent to the process group as the run
+    does (it ignores SIGINT and SIGTERM itself; killed, it is started again, with a
+    traceback per resource it forgot)."""
+    if not (hasattr(signal, "pthread_sigmask") and hasattr(signal, "SIGHUP")):
+        return
+    from multiprocessing import resource_tracker
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 async def _result(future):
@@ -361,6 +379,15 @@ class Workers:
         self.client, self.cluster, self.want = client, cluster, want
         self.shared = shared               # the workers share this machine's memory
         self.placed = 0                    # workers the last placement used
+        # the signal a command received and holds back (None: none), which ends a wait
+        # for workers: a run that waits for them has no step in hand to finish
+        self.stopped = lambda: None
+
+    def _still_waiting(self):
+        """`Interrupted` when the command received a signal (`stopped`)."""
+        signum = self.stopped()
+        if signum is not None:
+            raise Interrupted(signum)
 
     @classmethod
     def local(cls, n, *, quiet=True):
@@ -384,6 +411,7 @@ class Workers:
         # and they neither sample their threads' stacks every 10 ms for the dashboard's
         # profile nor check their event loop every 20 ms: together 0.5 ms of a 14.5 ms
         # step of the default model on two workers here
+        _start_resource_tracker()
         with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
                               "distributed.worker.profile.enabled": False,
                               "distributed.admin.tick.interval": "1s"}):
@@ -458,6 +486,7 @@ class Workers:
             found = self.addresses()
             if len(found) >= need or time.monotonic() > deadline:
                 return found
+            self._still_waiting()
             time.sleep(0.2)
 
     def forget(self, address, wait=10.0):
@@ -465,6 +494,7 @@ class Workers:
         ``address``, which was lost, so that the next placement does not choose it."""
         deadline = time.monotonic() + wait
         while address in self.addresses() and time.monotonic() < deadline:
+            self._still_waiting()
             time.sleep(0.1)
 
     def growth(self, batch):
@@ -507,7 +537,7 @@ class Workers:
                 blocks.listener.accept(_worker_wait(), alive=lambda: all(
                     address in self.addresses() for address in chosen))
             blocks.call("warm")
-        except (BlockLost, NothingToSave):
+        except (BlockLost, NothingToSave, Interrupted):
             blocks.close()
             raise
         except Exception as error:
@@ -527,6 +557,7 @@ class Workers:
                     _dask.wait(futures, timeout=POLL)
                     return [f.result() for f in futures]
             except TimeoutError:
+                self._still_waiting()
                 alive = self.addresses()
                 for address, future in zip(addresses, futures):
                     if not future.done() and address not in alive:

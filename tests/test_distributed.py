@@ -145,9 +145,12 @@ def test_a_killed_worker_costs_the_steps_since_the_last_checkpoint(tmp_path):
     assert done.step == 1500 and done.history["loss"].size == 1500
 
 
-def test_ctrl_c_reaches_the_run_and_not_its_workers(tmp_path):
-    """A terminal's Ctrl-C signals the whole process group: the workers ignore it, so the
-    run can still gather their cursors' states into the checkpoint."""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_the_group_reaches_the_run_and_not_its_workers(tmp_path, signum):
+    """A terminal's Ctrl-C or hang-up, GNU timeout's SIGTERM and a service manager's signal
+    the whole process group: the workers ignore them, so the run gathers their cursors'
+    states into the checkpoint of the step it stopped at (a worker that died would cost
+    the steps since the last periodic checkpoint), with no word from other processes."""
     write_corpus(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "fastbptt", "train", "tiny.txt", *SMALL,
                              "--sample-every", "0", "--time", "60", "--workers", "2",
@@ -157,14 +160,16 @@ def test_ctrl_c_reaches_the_run_and_not_its_workers(tmp_path):
     try:
         read_until(proc, "training for 60 s")
         time.sleep(0.5)
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, signum)
         outcome = finish(proc)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert outcome.status == 130, outcome
-    assert "interrupted at step" in outcome.out
-    assert checkpoint.load(tmp_path / "c.npz").step > 0
+    assert outcome.status == 128 + signum, outcome
+    stopped = re.search(r"interrupted at step (\d+) ", outcome.out)
+    assert stopped and "left the cluster" not in outcome.out, outcome
+    assert checkpoint.load(tmp_path / "c.npz").step == int(stopped.group(1)) > 0
+    assert "Traceback" not in outcome.err, outcome
 
 
 def free_port():

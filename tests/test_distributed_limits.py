@@ -39,3 +39,26 @@ def test_a_worker_wait_that_is_no_number_of_seconds_is_named(monkeypatch, text):
         distributed._worker_wait()
     monkeypatch.setenv("FASTBPTT_WORKER_WAIT", "2.5")
     assert distributed._worker_wait() == 2.5
+
+
+def test_a_wait_for_workers_ends_at_a_signal_the_command_received():
+    """A run placed again after a worker left waits for workers with signals held back:
+    the signal must end the wait (the run then exits with its status), not wait it out."""
+    import signal
+    import time
+
+    from fastbptt._signals import Interrupted
+
+    workers = object.__new__(distributed.Workers)
+    workers.addresses = lambda: ["tcp://127.0.0.1:1"]
+    workers.stopped = lambda: None
+    began = time.monotonic()
+    assert workers._available(2, 0.3) == ["tcp://127.0.0.1:1"]      # waited it out
+    assert time.monotonic() - began >= 0.3
+    workers.stopped = lambda: signal.SIGINT
+    began = time.monotonic()
+    with pytest.raises(Interrupted) as stop:
+        workers._available(2, 60)
+    assert stop.value.signum == signal.SIGINT and time.monotonic() - began < 5
+    with pytest.raises(Interrupted):
+        workers.forget("tcp://127.0.0.1:1", wait=60)
