@@ -235,6 +235,30 @@ class _IgnoreInterrupts(WorkerPlugin):
                 signal.signal(getattr(signal, name), signal.SIG_IGN)
 
 
+_GROUP_SIGNALS = [getattr(signal, name) for name in ("SIGINT", "SIGHUP", "SIGTERM")
+                  if hasattr(signal, name)]
+
+
+@contextlib.contextmanager
+def _group_signals_blocked():
+    """SIGINT, SIGHUP and SIGTERM blocked in this thread while a local cluster starts.
+
+    The threads that spawn the workers start in here and keep the blocked mask, and a
+    process inherits its spawner's: a worker never sees these signals, even before
+    `_IgnoreInterrupts` runs in it (a Ctrl-C to the group during start-up printed each
+    worker's KeyboardInterrupt traceback). This thread gets a signal sent meanwhile when
+    it unblocks them, on the way out.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 def _start_resource_tracker():
     """multiprocessing's resource tracker, which the workers' start needs, started with
     SIGHUP blocked, so that it outlives a hang-up sent to the process group as the run
@@ -412,19 +436,22 @@ class Workers:
         # profile nor check their event loop every 20 ms: together 0.5 ms of a 14.5 ms
         # step of the default model on two workers here
         _start_resource_tracker()
-        with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
-                              "distributed.worker.profile.enabled": False,
-                              "distributed.admin.tick.interval": "1s"}):
-            cluster = _dask.LocalCluster(
-                n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
-                silence_logs=logging.CRITICAL if quiet else logging.WARNING)
+        cluster = None
         try:
+            with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
+                                  "distributed.worker.profile.enabled": False,
+                                  "distributed.admin.tick.interval": "1s"}), \
+                    _group_signals_blocked():
+                cluster = _dask.LocalCluster(
+                    n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                    dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",
+                    silence_logs=logging.CRITICAL if quiet else logging.WARNING)
             client = _dask.Client(cluster, direct_to_workers=True, set_as_default=False)
             client.register_plugin(_IgnoreInterrupts())
             client.wait_for_workers(n, timeout=_worker_wait())
         except BaseException:
-            cluster.close()
+            if cluster is not None:
+                cluster.close()
             raise
         return cls(client, cluster=cluster, want=n, shared=True)
 

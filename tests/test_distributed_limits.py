@@ -62,3 +62,36 @@ def test_a_wait_for_workers_ends_at_a_signal_the_command_received():
     assert stop.value.signum == signal.SIGINT and time.monotonic() - began < 5
     with pytest.raises(Interrupted):
         workers.forget("tcp://127.0.0.1:1", wait=60)
+
+
+def test_workers_start_with_the_groups_signals_blocked():
+    """Processes spawned from threads that start while a local cluster starts (Dask's
+    nannies spawn their workers so) block SIGINT, SIGHUP and SIGTERM from their first
+    instruction, so a Ctrl-C to the group during start-up prints no worker's traceback;
+    the calling thread gets its mask back."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    if not hasattr(signal, "pthread_sigmask") or not os.path.exists("/proc/self/status"):
+        pytest.skip("needs pthread_sigmask and /proc")
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    seen = {}
+
+    def spawn():
+        seen["thread"] = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        seen["child"] = subprocess.run(
+            [sys.executable, "-c", "print(next(l for l in open('/proc/self/status') "
+                                   "if l.startswith('SigBlk')).split()[1])"],
+            capture_output=True, text=True, check=True).stdout.strip()
+
+    with distributed._group_signals_blocked():
+        thread = threading.Thread(target=spawn)
+        thread.start()
+    thread.join()
+    group = {signal.SIGINT, signal.SIGHUP, signal.SIGTERM}
+    assert group <= seen["thread"]
+    blocked = int(seen["child"], 16)
+    assert all(blocked >> (s - 1) & 1 for s in group)
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
