@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._inputs import (ACTIVATIONS, FLOAT_DTYPES, LOSSES, Problem, _INT64, _full_bptt,
-                      _lengths, _private, _scannable)
+from ._inputs import (ACTIVATIONS, BLAS_INT, FLOAT_DTYPES, LOSSES, Problem, _INT64,
+                      _full_bptt, _lengths, _private, _scannable)
 from ._kernels.checks import all_finite, id_range
 from .params import Layer, Model, Params, read_structure
 
@@ -73,6 +73,8 @@ def accept(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="so
         return None
     single = x.ndim == 1
     B, T = (1, x.shape[0]) if single else x.shape
+    if B * T > BLAS_INT:
+        return None                     # `prepare` says why
     if need_y and (not _plain(y, _INT64) or y.shape != x.shape):
         return None
     if h0 is not None and (not _plain(h0, (dtype,)) or h0.shape != ((H,) if single else (B, H))):

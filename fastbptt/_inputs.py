@@ -363,6 +363,21 @@ def _y(y, B, T, C, single, loss, mask, check_finite, x_shape, V_shape):
     return (arr if mask is None else np.where(mask[..., None], arr, 0)), False
 
 
+BLAS_INT = 2 ** 31 - 1      # the BLAS takes sizes and leading dimensions as 32-bit ints
+
+
+def blas_sizes(B, T, L, C, rows):
+    """ValueError when a matrix the kernels hand to the BLAS would have a side beyond its
+    32-bit integers: B T steps (the products over all steps), L inputs, C outputs, or
+    ``rows`` (a bound on the gates' rows of all directions)."""
+    for name, size in (("B T (sequences times steps)", B * T), ("L (input size)", L),
+                       ("C (output size)", C), ("the hidden layer's gate rows", rows)):
+        if size > BLAS_INT:
+            raise ValueError(f"{name} is {size:,}, beyond the {BLAS_INT:,} the BLAS can "
+                             f"index: split the batch or the sequences into calls of fewer "
+                             f"steps (carry h_final into h0)")
+
+
 def _full_bptt(truncate, stride, T):
     """Whether BPTT(truncate; stride) cuts nothing in T steps: lo(t) = 0 for every t < T.
 
@@ -444,6 +459,7 @@ def _check(checked, x, lengths, check_finite, time_major=False):
     swap = time_major and not single
     B = 1 if single else xa.shape[int(swap)]
     T = xa.shape[0] if single else xa.shape[1 - int(swap)]
+    blas_sizes(B, T, L, C, 4 * 2 * H)           # before any copy of that size
     lens = _lengths(lengths, B, T, single, x_shape)
     # None: every step is real. Otherwise padding is overwritten in private copies.
     mask = None if lengths is None else np.arange(T)[None, :] < lens[:, None]

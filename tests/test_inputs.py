@@ -578,3 +578,15 @@ def test_the_model_calls_are_valid_but_for_their_change():
     fastbptt.layer.vjp(XD, GRU_LAYER, truncate=3, stride=2)
     out, back = fastbptt.layer.vjp(XD, GRU_LAYER, reverse=True)
     back(np.zeros(out.h.shape), np.zeros((B, H)))
+
+
+def test_sizes_beyond_the_blas_integers_are_refused_before_any_copy():
+    """The BLAS takes 32-bit sizes: B T above 2^31 - 1 steps would be cut short silently
+    in the products over all steps. A view of one id stands for 17 GB of them here."""
+    many = np.lib.stride_tricks.as_strided(np.zeros(1, np.int64), shape=(2**16, 2**15 + 1),
+                                           strides=(0, 0))
+    message = r"B T \(sequences times steps\) is 2,147,549,184, beyond the 2,147,483,647"
+    with pytest.raises(ValueError, match=message):
+        fastbptt.grad(many, many, P)
+    with pytest.raises(ValueError, match=message):
+        fastbptt.layer.forward(many, fastbptt.Layer(P.U, P.W))
