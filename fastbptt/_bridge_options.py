@@ -12,10 +12,12 @@ from .params import Model
 
 def check_truncation(truncate, stride, *, reverse=False, layers=1, directions=1, steps=None):
     """Validate BPTT(k; s) for ``layers`` layers of ``directions`` directions (or one
-    layer read in reverse); raises TypeError/ValueError. Given the number of ``steps``,
-    a truncation that cuts nothing in them is full BPTT, as `fastbptt.layer` takes it."""
+    layer read in reverse); raises TypeError/ValueError, else returns them as Python
+    ints (None for truncate=None). Given the number of ``steps``, a truncation that cuts
+    nothing in them is full BPTT, as `fastbptt.layer` takes it."""
     truncate, stride = _truncation(truncate, stride)
     if steps is not None and _full_bptt(truncate, stride, steps):
-        return
+        return truncate, stride
     shape = SimpleNamespace(model=Model(((None,) * directions,) * layers))
     _stack_truncation(shape, truncate, stride, reverse)
+    return truncate, stride

@@ -305,6 +305,13 @@ def test_biases_get_their_own_gradient_tensors():
     assert bridge.bias_ih_l0.grad.data_ptr() != bridge.bias_hh_l0.grad.data_ptr()
 
 
+def test_truncate_and_stride_are_kept_as_python_ints():
+    module = ft.LSTM(3, 4, truncate=torch.tensor(3), stride=np.int64(2))
+    assert type(module.truncate) is int and type(module.stride) is int
+    assert module.truncate == 3 and module.stride == 2
+    assert "truncate=3, stride=2" in repr(module)
+
+
 def test_refusals():
     with pytest.raises(NotImplementedError, match="use torch.nn.LSTM"):
         ft.LSTM(4, 8, proj_size=2)

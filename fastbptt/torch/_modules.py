@@ -31,9 +31,10 @@ FLOATS = (torch.float32, torch.float64)
 
 
 def _check_truncation(module):
-    """Validate ``truncate`` and ``stride`` for this module's layers and directions."""
-    check_truncation(module.truncate, module.stride, layers=module.num_layers,
-                     directions=2 if module.bidirectional else 1)
+    """Validate ``truncate`` and ``stride`` for this module's layers and directions;
+    (truncate, stride) as Python ints (a tensor or NumPy int given is not kept)."""
+    return check_truncation(module.truncate, module.stride, layers=module.num_layers,
+                            directions=2 if module.bidirectional else 1)
 
 
 def _check_tensors(module, tensors):
@@ -135,7 +136,7 @@ class _Bridge:
 
     def _fastbptt_options(self, truncate, stride):
         self.truncate, self.stride = truncate, stride
-        _check_truncation(self)
+        self.truncate, self.stride = _check_truncation(self)
 
     def extra_repr(self):
         s = super().extra_repr()
