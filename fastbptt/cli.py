@@ -256,14 +256,14 @@ def _add_train(commands):
     g.add_argument("--lr", type=_option_type("lr"),
                    help=f"learning rate; may change on --resume ({d.lr:g})")
     g.add_argument("--lr-decay", choices=["linear", "none"], dest="lr_decay",
-                   help="linear: from lr down to lr x --lr-final at the last step (--steps, "
-                        "or estimated from the speed of the first 200 steps and --time) "
+                   help="linear: the rate falls in equal steps from lr at the first update "
+                        "to lr x --lr-final once the decay ends, after --lr-horizon steps "
                         f"({d.lr_decay})")
     g.add_argument("--lr-final", type=_option_type("lr_final"), dest="lr_final",
                    help=f"the decay's final fraction of lr ({d.lr_final:g})")
     g.add_argument("--lr-horizon", type=_option_type("horizon"), dest="horizon", metavar="STEP",
-                   help="the step where the decay ends (--steps, else estimated); may "
-                        "change on --resume")
+                   help="the steps after which the decay ends (--steps, else estimated from "
+                        "the speed of the first 200 steps and --time); may change on --resume")
     g.add_argument("--momentum", type=_option_type("momentum"),
                    help="SGD momentum (0); the other optimizers refuse it")
     g.add_argument("--clip-norm", type=_nonnegative_float, dest="clip_norm",
@@ -423,6 +423,12 @@ def main(argv=None):
     """
     last = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    if sys.stderr is None:                  # closed (2>&-): say nothing, as 2>/dev/null
+        sys.stderr = open(os.devnull, "w")
+    if sys.stdout is None:                  # closed (>&-): refused before any work
+        print("fastbptt: the standard output is closed; redirect it to a file, or to "
+              "/dev/null to discard it", file=sys.stderr)
+        return 1
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         close = difflib.get_close_matches(argv[0], COMMANDS, n=1)
         print(f"fastbptt: unknown command {argv[0]!r}"

@@ -10,6 +10,8 @@ it, so a resumed run continues bit for bit.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._kernels.adam import adam_update
@@ -162,10 +164,15 @@ class Optimizer:
         missing = [key for key in ("lr", "t", *self._options()) if key not in state]
         if missing:
             raise ValueError(f"the {kind} state has no {', '.join(map(repr, missing))}")
+        lr = state["lr"]          # the rate last used: a decay may have brought it to 0
+        if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, _REAL) \
+                or not 0 <= lr < math.inf:
+            raise ValueError(f"the {kind} state's lr must be a finite number >= 0; got {lr!r}")
         try:                                   # the constructor's checks of every option
-            fresh = type(self)(lr=state["lr"], **{k: state[k] for k in self._options()})
+            fresh = type(self)(lr=1.0, **{k: state[k] for k in self._options()})
         except (TypeError, ValueError) as error:
             raise ValueError(f"the {kind} state's {error}") from None
+        fresh.lr = float(lr)
         t = state["t"]
         if isinstance(t, (bool, np.bool_)) or not isinstance(t, _REAL) \
                 or not float(t).is_integer() or t < 0:
