@@ -47,6 +47,8 @@ def describe(error):
 def _silence_stdout():
     """After a reader closed stdout, point it at /dev/null, so that Python's flush at exit
     does not print a second error."""
+    if sys.stdout is None:
+        return
     try:
         sys.stdout.flush()
     except (BrokenPipeError, ValueError):

@@ -14,7 +14,7 @@ import numpy as np
 
 from ._command_errors import CommandError, UsageError, describe
 from ._resume import describe_model
-from .checkpoint import check_target, load
+from .checkpoint import check_target, load, write_atomically
 from .params import CELLS, leaf_shapes
 
 __all__ = ["output_file", "checkpoint_folder", "new_checkpoint", "plot_file", "memory",
@@ -131,6 +131,36 @@ def plot_file(path, option="--plot"):
             raise CommandError(f"{option} {path}: matplotlib writes .pgf files with "
                                f"{tex}, which is not installed; use .pdf or .svg")
     output_file(path, option)
+
+
+def save_figure(fig, path, dpi=120):
+    """A matplotlib figure written to ``path`` (whose extension names the format) whole
+    or not at all, as checkpoints are: a signal or a full disk mid-way leaves the file
+    that was there."""
+    ext = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    write_atomically(path, lambda f: fig.savefig(f, dpi=dpi, format=ext))
+
+
+def plot_apart(plot, checkpoint, files):
+    """UsageError when --plot names the checkpoint or a text the run reads: the plot,
+    written at the end, would replace it."""
+    if not plot:
+        return
+    for path, what in [(checkpoint, f"--checkpoint {checkpoint}")] + \
+            [(f, f"the text file {f}") for f in files]:
+        if path and _same_file(plot, path):
+            raise UsageError(f"--plot {plot} is {what}, which the plot would replace: give "
+                             f"the plot another name")
+
+
+def _same_file(a, b):
+    a, b = os.fspath(a), os.fspath(b)
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def model_bytes(options, vocab):

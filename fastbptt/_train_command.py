@@ -74,7 +74,7 @@ def _plot(path, trainer, baseline, val_loss, eval_chars):
     ax.set_ylim(0, max(baseline * 1.3, float(np.nanmin(losses[:1])) if losses.size else 1))
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _preflight.save_figure(fig, path)
     plt.close(fig)
 
 
@@ -190,6 +190,7 @@ def _start(args, given, say, claims):
         corpus, files = _resume.find_corpus(_load_corpus, args.files, resume.options,
                                             args.checkpoint)
         codec = resume.codec
+    _preflight.plot_apart(args.plot, args.checkpoint, files)
     train_text, val_text = corpus.split(options.val_fraction)
     train_ids, val_ids = codec.encode(train_text), codec.encode(val_text)
     _preflight.corpus(codec, train_ids, val_ids, options)
@@ -324,7 +325,7 @@ class _Loop:
         self.schedule = Schedule(steps, seconds, self.trainer.step, self.start,
                                  floor=100 if args.checkpoint_every is None else 0)
         self.chars = 0
-        self.smooth = None
+        self.smooth, self.smoothed = 0.0, 0     # a moving average of the loss, of steps
 
     def done(self, now):
         if self.target is not None and self.trainer.step >= self.target:
@@ -356,12 +357,16 @@ class _Loop:
     def after_step(self, loss, n, now):
         trainer, args = self.trainer, self.args
         self.chars += n
-        self.smooth = loss if self.smooth is None else 0.98 * self.smooth + 0.02 * loss
+        self.smooth, self.smoothed = 0.98 * self.smooth + 0.02 * loss, self.smoothed + 1
+        recent = self.recent_loss()
         after = time.perf_counter()
-        self.bar.update(1 if self.by_steps else after - now)
+        if self.by_steps:
+            self.bar.update(1)
+        else:        # the time since the start: the samples and saves between steps too
+            self.bar.update(max(min(after - self.start, self.budget) - self.bar.n, 0.0))
         if after - self.last_post > 0.5:
             self.last_post = after
-            self.bar.set_postfix_str(f"loss={self.smooth:.3f} "
+            self.bar.set_postfix_str(f"loss={recent:.3f} "
                                      f"{self.chars / (after - self.start):,.0f} chars/s "
                                      f"step {trainer.step}", refresh=False)
         if args.sample_every and trainer.step % args.sample_every == 0:
@@ -369,8 +374,13 @@ class _Loop:
             val = evaluate(trainer.params, eval_ids, activation=self.r.options.activation)
             trainer.evals.append((trainer.step, val))
             text = trainer.sample(args.sample_chars, temperature=args.temperature)
-            self.say(f"--- step {trainer.step}: train {self.smooth:.3f}, validation "
+            self.say(f"--- step {trainer.step}: train {recent:.3f}, validation "
                      f"{val:.3f} nats/char; sample:\n{text}\n---")
+
+    def recent_loss(self):
+        """The mean loss of recent steps of this invocation: their moving average, each
+        step 0.98 times the weight of the next, its start's bias to 0 divided out."""
+        return self.smooth / (1 - 0.98 ** self.smoothed)
 
     def say(self, text):
         self.bar.write(text, file=self.out)

@@ -232,8 +232,15 @@ def check_target(path, *, make_folders=True, example="run.npz"):
 
 def save(path, ckpt):
     """Write ``ckpt`` to ``path`` atomically; return the path."""
-    path = os.fspath(path)
     arrays = _arrays(ckpt)
+    return write_atomically(path, lambda f: np.savez(f, **arrays))
+
+
+def write_atomically(path, write):
+    """``write(f)`` into a temporary file beside ``path``'s target, then renamed over it:
+    the file is whole or as it was, whatever happens (this module's docstring); return
+    the path."""
+    path = os.fspath(path)
     target = os.path.realpath(path)      # a symbolic link: replace its target, keep it
     folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
@@ -245,7 +252,7 @@ def save(path, ckpt):
     fd, tmp = _new_file(folder, os.path.basename(target))
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         if mode is not None:

@@ -235,6 +235,8 @@ def plot(report, path):
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
+    from .._preflight import save_figure
+
     results = report.results
     peers = [p for p in _peer_names(report) if any(r.ratio(p) is not None for r in results)]
     names = [r.workload.name for r in results]
@@ -258,4 +260,4 @@ def plot(report, path):
                  f"{report.date}", fontsize=9)
     if peers:
         ax.legend(fontsize=8)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
