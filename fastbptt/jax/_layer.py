@@ -144,15 +144,23 @@ def _as_input(grad, value, axes):
     return jax.lax.psum(grad, rest) if rest else grad
 
 
+@functools.lru_cache(maxsize=256)
+def _bound(fn, opts):
+    """``fn`` with its options bound, one object per (fn, opts): JAX keys the executables
+    it caches for a callback on the callback object, so a new one per call (outside
+    ``jit``) compiled and kept a new executable each time, without bound."""
+    return functools.partial(fn, opts)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _run(opts, leaves, x, h0, c0, lengths):
-    outputs = _callback(functools.partial(_forward_host, opts), opts.outputs, leaves, x, h0,
-                        c0, lengths)
+    outputs = _callback(_bound(_forward_host, opts), opts.outputs, leaves, x, h0, c0,
+                        lengths)
     return _per_device(outputs, _varying(leaves, x, h0, c0, lengths))
 
 
 def _run_fwd(opts, leaves, x, h0, c0, lengths):
-    *outputs, key = _callback(functools.partial(_forward_rule_host, opts),
+    *outputs, key = _callback(_bound(_forward_rule_host, opts),
                               opts.outputs + (KEY,), leaves, x, h0, c0, lengths)
     outputs = _per_device(tuple(outputs), _varying(leaves, x, h0, c0, lengths))
     return outputs, (key, leaves, x, h0, c0, lengths)
@@ -162,7 +170,7 @@ def _run_bwd(opts, saved, cotangents):
     key, leaves, x, h0, c0, lengths = saved
     shapes = (tuple(map(_like, leaves)),) + tuple(
         _like(v) for v in ((None if opts.ids else x), h0, c0) if v is not None)
-    result = list(_callback(functools.partial(_backward_host_flat, opts), shapes, key, leaves,
+    result = list(_callback(_bound(_backward_host_flat, opts), shapes, key, leaves,
                             x, h0, c0, lengths, *cotangents))
     axes = _varying(leaves, x, h0, c0, lengths, cotangents)
     grads = tuple(_as_input(g, v, axes) for g, v in zip(result.pop(0), leaves))
