@@ -305,6 +305,45 @@ def test_biases_get_their_own_gradient_tensors():
     assert bridge.bias_ih_l0.grad.data_ptr() != bridge.bias_hh_l0.grad.data_ptr()
 
 
+def test_the_forward_pass_is_freed_by_backward_unless_the_graph_is_retained(monkeypatch):
+    """As a native module's saved states: after ``backward`` nothing of the forward pass
+    stays with the graph (the loss tensor kept for logging, say), but with
+    ``retain_graph=True`` a second backward gives the same gradients."""
+    import gc
+    import weakref
+
+    from fastbptt.torch import _function
+
+    made = []
+    vjp = _function._layer.vjp
+
+    def recording(*args, **kwargs):
+        out, back = vjp(*args, **kwargs)
+        made.append(weakref.ref(back))
+        return out, back
+
+    monkeypatch.setattr(_function._layer, "vjp", recording)
+    torch.manual_seed(0)
+    module = ft.LSTM(3, 4, dtype=torch.float64)
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    loss = module(x)[0].square().sum()
+    loss.backward()
+    gc.collect()
+    assert len(made) == 1 and made[0]() is None          # loss is alive, back is not
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+    module.zero_grad()
+    loss = module(x)[0].square().sum()
+    loss.backward(retain_graph=True)
+    first = module.weight_hh_l0.grad.clone()
+    assert made[1]() is not None
+    module.zero_grad()
+    loss.backward()
+    assert torch.equal(module.weight_hh_l0.grad, first)
+    gc.collect()
+    assert made[1]() is None
+
+
 def test_truncate_and_stride_are_kept_as_python_ints():
     module = ft.LSTM(3, 4, truncate=torch.tensor(3), stride=np.int64(2))
     assert type(module.truncate) is int and type(module.stride) is int

@@ -111,8 +111,14 @@ class _Layers(torch.autograd.Function):
     def forward(ctx, cfg, x, h0, c0, *weights):
         out, back = _layer.vjp(x.detach().numpy(), _model(cfg, weights), **_options(cfg, h0, c0),
                                truncate=cfg.truncate, stride=cfg.stride)
-        ctx.cfg, ctx.back, ctx.like = cfg, back, (out.h.shape, out.h.dtype)
-        ctx.save_for_backward(*_read_back(cfg, weights, ctx.needs_input_grad[1]))
+        ctx.cfg, ctx.like = cfg, (out.h.shape, out.h.dtype)
+        # ``back`` (the forward pass's states) rides on an empty tensor saved with the
+        # weights: autograd frees saved tensors after the backward pass unless told to
+        # retain the graph, and ``back`` goes with it, as a native module's states do
+        # (kept on ctx, it lived as long as the graph: the loss tensor, say)
+        holder = torch.empty(0)
+        holder.fastbptt_back = back
+        ctx.save_for_backward(holder, *_read_back(cfg, weights, ctx.needs_input_grad[1]))
         ctx.set_materialize_grads(False)
         return _outputs(cfg, out)
 
@@ -123,10 +129,10 @@ class _Layers(torch.autograd.Function):
                 "fastbptt.torch computes first derivatives only: double backward "
                 "(create_graph=True, e.g. a gradient penalty) is not supported; use "
                 "torch.nn.RNN/GRU/LSTM for that")
-        ctx.saved_tensors                   # raises if a weight changed since forward
+        holder = ctx.saved_tensors[0]       # raises if a weight changed since forward
         cfg = ctx.cfg
         dh = np.zeros(*ctx.like) if dh is None else dh.numpy()
-        r = ctx.back(dh, _numpy(dh_n), _numpy(dc_n))
+        r = holder.fastbptt_back(dh, _numpy(dh_n), _numpy(dc_n))
         dh0 = _tensor(r.dh0) if ctx.needs_input_grad[2] else None
         dc0 = _tensor(r.dc0) if ctx.needs_input_grad[3] else None
         return (None, _tensor(r.dx), dh0, dc0, *_weight_grads(cfg, r.grads))
