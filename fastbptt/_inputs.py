@@ -271,7 +271,8 @@ def _check_ids(name, arr, low, high, mask, what, shape=None):
 def _x(x, U, U_name="params U", time_major=False):
     arr = _array("x", x, "integer token ids or float inputs")
     batch = "(T, B" if time_major else "(B, T"
-    if arr.dtype.kind == "f" and not arr.size and arr.ndim in (1, 2) and not arr.shape[-1]:
+    if not isinstance(x, np.ndarray) and arr.dtype.kind == "f" and not arr.size and \
+            arr.ndim in (1, 2) and not arr.shape[-1]:
         arr = arr.astype(np.int64)          # [] or [[]]: no ids (dense x has L >= 1 features)
     if arr.dtype.kind in "iu":
         if arr.ndim not in (1, 2):
@@ -330,7 +331,8 @@ def _steps(x_shape, B, T, single):
 def _y(y, B, T, C, single, loss, mask, check_finite, x_shape, V_shape):
     arr = _array("y", y, "integer class ids or float targets")
     lead = (T,) if single else (B, T)
-    if arr.dtype.kind == "f" and not arr.size and arr.shape == lead:
+    if not isinstance(y, np.ndarray) and arr.dtype.kind == "f" and not arr.size and \
+            arr.shape == lead:
         arr = arr.astype(np.int64)          # [] or [[]] for no steps: no class ids
     if arr.dtype.kind in "iu":
         if arr.shape != lead:

@@ -20,6 +20,7 @@ Layer l > 0 of a bidirectional stack reads [h_fwd_t, h_rev_t], 2H features.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import NamedTuple
 
@@ -244,6 +245,23 @@ class Forward:
         self.H = problem.sizes[1]
         self._shapes = {}        # name: (shape, dtype) of the scratch of `named`
         self._views = {} if store is workspace else _ViewsPerThread()
+
+    def forget_views(self):
+        """Drop the scratch views the calling thread took for a fresh Forward (a `back`'s),
+        so that between its calls it pins none of that thread's workspace, which
+        `clear_workspace` can then free."""
+        if self.store is not workspace:
+            self._views.views = {}
+
+    def release(self):
+        """Forget the call: its problem (the caller's x, y, h0, params) and results. A
+        Forward of the workspace outlives its call in the workspace's cache of shapes,
+        which must not keep a caller's arrays alive; its own arrays stay for the next
+        call of its shape."""
+        self.problem = self.plan = self.h_final = self.c_final = self.idx = None
+        for row in self.dirs:
+            for direction in row:
+                direction.layer = direction.ids = direction.src = None
 
     @property
     def parallel(self):
@@ -700,6 +718,17 @@ def _forward_for(p, plan, store):
     if key is not None:
         store.put_object(key, fw)
     return fw
+
+
+@contextlib.contextmanager
+def forward_pass(problem):
+    """`run_forward` into the workspace for the length of a call: the `Forward`, released
+    (`Forward.release`) when the call is done with it."""
+    fw = run_forward(problem)
+    try:
+        yield fw
+    finally:
+        fw.release()
 
 
 def run_forward(problem, store=workspace):

@@ -35,18 +35,23 @@ _configured = []
 _in_use = [None]        # the count this module set or found; None: not yet known
 
 
+_BLAS = []            # the controller `_scipy_blas` found (a scan takes about a millisecond)
+
+
 def _scipy_blas():
     """threadpoolctl's controller for the BLAS that scipy.linalg.cython_blas uses, or None."""
+    if _BLAS:
+        return _BLAS[0]
     from threadpoolctl import ThreadpoolController
 
     cython_blas()    # loads the library
 
     controller = ThreadpoolController()
     scipy_dir = os.sep + "scipy"
-    for lib in controller.lib_controllers:
-        if lib.user_api == "blas" and scipy_dir in lib.filepath:
-            return lib
-    return None
+    found = next((lib for lib in controller.lib_controllers
+                  if lib.user_api == "blas" and scipy_dir in lib.filepath), None)
+    _BLAS.append(found)
+    return found
 
 
 def set_num_threads(n):
@@ -59,7 +64,7 @@ def set_num_threads(n):
         raise TypeError(f"n must be an int; got {type(n).__name__}")
     if not 1 <= n <= MAX_THREADS:
         raise ValueError(f"n must lie in [1, {MAX_THREADS}] (the CPU count); got {n}")
-    _configured.append(n)
+    _configured[:] = [n]
     _in_use[0] = n
     lib = _scipy_blas()
     with _inside[2]:

@@ -7,6 +7,7 @@ thread keeps its buffers, grown to the largest call it has made, and hands out v
 from __future__ import annotations
 
 import math
+import sys
 import threading
 
 import numpy as np
@@ -86,5 +87,10 @@ fresh = Fresh()
 
 
 def clear_workspace():
-    """Release the scratch memory that this thread's calls keep for reuse."""
+    """Release the scratch memory that this thread's calls keep for reuse, and the
+    forward passes `fastbptt.jax` keeps for backward passes that have not run (if that
+    module is loaded: it is not imported here)."""
     workspace.clear()
+    kept = sys.modules.get("fastbptt.jax._kept")
+    if kept is not None:
+        kept.clear()

@@ -9,7 +9,7 @@ from ._kernels.blas import row_sums
 from ._kernels.output import (ERRORS, direction_backward, direction_logits, output_backward_fm,
                               output_backward_tm)
 from ._results import BPTTResult, ForwardResult, given_states, pack_grads
-from ._stack import bias_or_zeros, run_forward, split, steps
+from ._stack import bias_or_zeros, forward_pass, run_forward, split, steps
 from ._threads import one_blas_thread
 from .params import Layer, Model
 
@@ -130,21 +130,25 @@ def _solve(problem):
                 zeros.copy() if lstm else None)
     if split(problem):
         with one_blas_thread():
-            total, layers, dV, dc, fw, dh0, dc0 = _through(problem)
+            total, layers, dV, dc, h_final, c_final, dh0, dc0 = _through(problem)
     else:
-        total, layers, dV, dc, fw, dh0, dc0 = _through(problem)
+        total, layers, dV, dc, h_final, c_final, dh0, dc0 = _through(problem)
     grads = Model(layers, dV, dc if model.c is not None else None)
     dh0, dc0 = given_states(problem, dh0, dc0)
-    return total, grads, fw.h_final, dh0, fw.c_final if lstm else None, dc0
+    return total, grads, h_final, dh0, c_final if lstm else None, dc0
 
 
 def _through(problem):
-    """The forward pass, the head and the backward pass of `_solve`."""
+    """The forward pass, the head and the backward pass of `_solve`: (loss, layers' grads,
+    dV, dc, h_final, c_final, dh0, dc0)."""
     fw = run_forward(problem)
-    total, err = _errors(problem, fw)
-    dV, dc = _head_backward(problem, fw, err)
-    layers, dh0, dc0, _ = fw.backward()
-    return total, layers, dV, dc, fw, dh0, dc0
+    try:                         # (not `forward_pass`: a generator's context costs W2 1%)
+        total, err = _errors(problem, fw)
+        dV, dc = _head_backward(problem, fw, err)
+        layers, dh0, dc0, _ = fw.backward()
+        return total, layers, dV, dc, fw.h_final, fw.c_final, dh0, dc0
+    finally:
+        fw.release()
 
 
 def _states_out(problem, array):
@@ -234,17 +238,17 @@ def forward(x, params, *, activation="tanh", h0=None, lengths=None, check_finite
     h = np.zeros((B, T, width), problem.dtype)
     probs = np.zeros((B, T, C), problem.dtype)
     if B and T:
-        fw = run_forward(problem)
-        top = fw.top()
-        h = top.reshape(T, B, width).transpose(1, 0, 2) if fw.plan.narrow else \
-            top.reshape(width, T, B).transpose(2, 1, 0)
+        with forward_pass(problem) as fw:
+            top = fw.top()
+            h = np.array(top.reshape(T, B, width).transpose(1, 0, 2) if fw.plan.narrow else
+                         top.reshape(width, T, B).transpose(2, 1, 0), order="C")
+            # (a copy: the states are reused by the next call)
         with np.errstate(invalid="ignore"):   # OpenBLAS's spurious flag: _blas_flags
             logits = h @ model.V.T + (0 if model.c is None else model.c)
         logits -= logits.max(axis=-1, keepdims=True)
         np.exp(logits, out=logits)
         probs = logits / logits.sum(axis=-1, keepdims=True)
         probs[~problem.padding_mask()] = 0
-        h = np.array(h, order="C")            # states are reused by the next call
     if problem.single:
         h, probs = h[0], probs[0]
     return ForwardResult(h, probs)
@@ -257,4 +261,5 @@ def loss(x, y, params, *, activation="tanh", loss="softmax_ce", h0=None, lengths
                         lengths=lengths, check_finite=check_finite, cell=cell, c0=c0)
     if not (problem.B and problem.T):
         return 0.0
-    return _errors(problem, run_forward(problem))[0]
+    with forward_pass(problem) as fw:
+        return _errors(problem, fw)[0]

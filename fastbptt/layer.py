@@ -25,7 +25,7 @@ import numpy as np
 from ._kernels.batch_steps import batch_from_steps
 from ._inputs import _array, _check_finite, _in_dtype, prepare_layer
 from ._results import LayerGrads, LayerOutput, given_states
-from ._stack import run_forward
+from ._stack import forward_pass, run_forward
 from ._workspace import fresh, workspace
 from .params import Layer, Model
 
@@ -130,15 +130,20 @@ class _Back:
             return self._empty(final, cells)
         width = H * p.directions
         g = dh.reshape((T, B, width) if p.time_major else (B, T, width))
-        fw.convert_states()
-        if fw.plan.back_tm:
-            fw.inject_rows(g)
-        else:
-            G = workspace.get("G", (width, T * B), p.dtype)
-            G.reshape(width, T, B)[:] = g.transpose((2, 0, 1) if p.time_major else (2, 1, 0))
-            G.reshape(width, T, B)[:, ~p.padding_mask().T] = 0
-            fw.inject(G)
-        layers, dh0, dc0, dx = fw.backward(dh_final=final, dc_final=cells, need_dx=not p.ids)
+        try:
+            fw.convert_states()
+            if fw.plan.back_tm:
+                fw.inject_rows(g)
+            else:
+                G = workspace.get("G", (width, T * B), p.dtype)
+                G.reshape(width, T, B)[:] = g.transpose((2, 0, 1) if p.time_major else
+                                                        (2, 1, 0))
+                G.reshape(width, T, B)[:, ~p.padding_mask().T] = 0
+                fw.inject(G)
+            layers, dh0, dc0, dx = fw.backward(dh_final=final, dc_final=cells,
+                                               need_dx=not p.ids)
+        finally:
+            fw.forget_views()
         return self._grads(layers, dh0, dc0, dx)
 
     def _grads(self, layers, dh0, dc0, dx):
@@ -219,6 +224,8 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
                             lengths=lengths, reverse=reverse, truncate=truncate, stride=stride,
                             check_finite=check_finite, time_major=time_major)
     fw = run_forward(problem, store=fresh) if problem.B and problem.T else None
+    if fw is not None:
+        fw.forget_views()
     out = _outputs(problem, fw)
     return out, _Back(problem, fw, out, check_finite)
 
@@ -229,5 +236,7 @@ def forward(x, params, *, cell=None, activation="tanh", h0=None, c0=None, length
     problem = prepare_layer(x, params, cell=cell, activation=activation, h0=h0, c0=c0,
                             lengths=lengths, reverse=reverse, check_finite=check_finite,
                             time_major=time_major)
-    fw = run_forward(problem) if problem.B and problem.T else None
-    return _outputs(problem, fw)
+    if not (problem.B and problem.T):
+        return _outputs(problem, None)
+    with forward_pass(problem) as fw:
+        return _outputs(problem, fw)

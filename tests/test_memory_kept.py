@@ -1,0 +1,109 @@
+"""What fastbptt keeps between calls: its own buffers, never the caller's arrays (a
+workspace that remembers shapes of calls must not pin their inputs), and nothing of a
+thread's scratch in a `back` between its calls."""
+import gc
+import tracemalloc
+import weakref
+
+import numpy as np
+import pytest
+
+import fastbptt
+
+
+def _dead(refs):
+    gc.collect()
+    return [r() is None for r in refs]
+
+
+@pytest.mark.parametrize("cell", ["elman", "lstm"])
+def test_calls_keep_none_of_the_callers_arrays(cell):
+    """Each call below is of a new shape, which the workspace remembers; dropped by the
+    caller, the inputs and params must go."""
+    rng = np.random.default_rng(0)
+    refs = []
+    for T, call in enumerate(["grad", "bptt", "loss", "forward", "layer"], start=3):
+        model = fastbptt.init_params(4, 5, 3, cell=cell, num_layers=2, dtype=np.float64,
+                                     seed=T)
+        x = rng.normal(size=(2, T, 4))                    # dense: read in place
+        y = rng.integers(0, 3, (2, T))
+        h0 = rng.normal(size=(2, 2, 5))
+        if call == "layer":
+            fastbptt.layer.forward(x, fastbptt.Model(model.layers), h0=h0)
+        else:
+            getattr(fastbptt, call)(x, *(() if call == "forward" else (y,)), model, h0=h0)
+        refs += [weakref.ref(a) for a in (x, h0, model.V, model.layers[1][0].W)]
+        del model, x, y, h0
+    assert all(_dead(refs))
+
+
+def test_a_back_between_its_calls_pins_no_scratch():
+    """clear_workspace frees the thread's scratch even while a `back` that has run is
+    kept (it took views of that scratch while it ran)."""
+    rng = np.random.default_rng(0)
+    model = fastbptt.Model(fastbptt.init_params(8, 64, 8, cell="lstm", seed=0).layers)
+    tracemalloc.start()
+    try:
+        big = rng.integers(0, 8, (64, 300))
+        out, back = fastbptt.layer.vjp(big, model)
+        back(np.ones_like(out.h))
+        del out, back
+        fastbptt.clear_workspace()
+        gc.collect()
+        floor = tracemalloc.get_traced_memory()[0]
+        out, back = fastbptt.layer.vjp(big, model)              # the scratch grows again
+        back(np.ones_like(out.h))
+        del out, back
+        small_out, small = fastbptt.layer.vjp(big[:1, :5], model)
+        small(np.ones_like(small_out.h))                        # a kept, called back
+        fastbptt.clear_workspace()
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - floor
+    finally:
+        tracemalloc.stop()
+    assert kept < 2e6, kept            # the big call's scratch is tens of MB
+
+
+def test_the_jax_functions_outside_jit_reuse_their_callbacks(monkeypatch):
+    """JAX caches an executable per callback object: outside jit, a new callback object
+    per call compiled and kept a new executable every call."""
+    jax = pytest.importorskip("jax", reason="needs JAX (the jax extra)")
+    import jax.numpy as jnp
+
+    from fastbptt import jax as fj
+
+    seen = []
+    real = jax.pure_callback
+
+    def spy(fn, *args, **kwargs):
+        seen.append(fn)
+        return real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(jax, "pure_callback", spy)
+    layer = fastbptt.Layer(*(jnp.asarray(a) for a in fastbptt.init_params(5, 4, 5,
+                                                                           seed=0)[:2]))
+    x = jnp.asarray(np.arange(12).reshape(3, 4) % 5)
+    grad = jax.grad(lambda U: fj.rnn(layer._replace(U=U), x)[0].sum())
+    for _ in range(3):
+        fj.rnn(layer, x)
+        grad(layer.U)
+    assert len(seen) >= 9 and len({id(fn) for fn in seen}) <= 3
+
+
+def test_clear_workspace_drops_the_forward_passes_jax_kept():
+    pytest.importorskip("jax", reason="needs JAX (the jax extra)")
+    from fastbptt.jax import _kept
+
+    key = _kept.keep(object())
+    fastbptt.clear_workspace()
+    assert _kept.take(key) is None
+
+
+def test_setting_the_thread_count_again_and_again_keeps_nothing():
+    from fastbptt import _threads
+
+    before = fastbptt.get_num_threads()
+    for n in [1, 2, 1] * 100:
+        fastbptt.set_num_threads(min(n, _threads.MAX_THREADS))
+    assert len(_threads._configured) == 1
+    fastbptt.set_num_threads(before)
