@@ -212,7 +212,8 @@ def test_sampling_refuses_what_it_cannot_draw():
     with pytest.raises(ValueError, match="at least 0; got -1"):
         fastbptt.sample(params, codec, chars=-1)
     with pytest.raises(ValueError, match="diverged cannot be sampled"):
-        fastbptt.sample(params._replace(W=np.full((4, 4), np.nan)), codec, chars=3)
+        fastbptt.sample(params._replace(W=np.full((4, 4), np.nan, params.W.dtype)), codec,
+                        chars=3)
 
 
 def test_numba_disable_jit_is_refused_in_one_line_at_import():
