@@ -268,11 +268,16 @@ def _check_ids(name, arr, low, high, mask, what, shape=None):
                          f"index {theirs} (values from {real.min()} to {real.max()})")
 
 
+def _listed_nothing(value, arr):
+    """Whether ``value`` is a list of no numbers ([] or [[]]), which NumPy reads as
+    float64 (``arr``): no ids rather than floats (an empty float array stays floats)."""
+    return not isinstance(value, np.ndarray) and arr.dtype.kind == "f" and not arr.size
+
+
 def _x(x, U, U_name="params U", time_major=False):
     arr = _array("x", x, "integer token ids or float inputs")
     batch = "(T, B" if time_major else "(B, T"
-    if not isinstance(x, np.ndarray) and arr.dtype.kind == "f" and not arr.size and \
-            arr.ndim in (1, 2) and not arr.shape[-1]:
+    if _listed_nothing(x, arr) and arr.ndim in (1, 2) and not arr.shape[-1]:
         arr = arr.astype(np.int64)          # [] or [[]]: no ids (dense x has L >= 1 features)
     if arr.dtype.kind in "iu":
         if arr.ndim not in (1, 2):
@@ -331,8 +336,7 @@ def _steps(x_shape, B, T, single):
 def _y(y, B, T, C, single, loss, mask, check_finite, x_shape, V_shape):
     arr = _array("y", y, "integer class ids or float targets")
     lead = (T,) if single else (B, T)
-    if not isinstance(y, np.ndarray) and arr.dtype.kind == "f" and not arr.size and \
-            arr.shape == lead:
+    if _listed_nothing(y, arr) and arr.shape == lead:
         arr = arr.astype(np.int64)          # [] or [[]] for no steps: no class ids
     if arr.dtype.kind in "iu":
         if arr.shape != lead:

@@ -240,19 +240,17 @@ _GROUP_SIGNALS = [getattr(signal, name) for name in ("SIGINT", "SIGHUP", "SIGTER
 
 
 @contextlib.contextmanager
-def _group_signals_blocked():
-    """SIGINT, SIGHUP and SIGTERM blocked in this thread while a local cluster starts.
-
-    The threads that spawn the workers start in here and keep the blocked mask, and a
-    process inherits its spawner's: a worker never sees these signals, even before
-    `_IgnoreInterrupts` runs in it (a Ctrl-C to the group during start-up printed each
-    worker's KeyboardInterrupt traceback). This thread gets a signal sent meanwhile when
-    it unblocks them, on the way out.
-    """
-    if not hasattr(signal, "pthread_sigmask"):
+def _blocked(signals):
+    """``signals`` blocked in this thread for the block, which gets any of them sent
+    meanwhile when it unblocks them, on the way out. Threads started inside keep the
+    blocked mask, and a process inherits its spawner's: so a local cluster started with
+    `_GROUP_SIGNALS` blocked has workers that never see them, even before
+    `_IgnoreInterrupts` runs in them (a Ctrl-C to the group during start-up printed each
+    worker's KeyboardInterrupt traceback)."""
+    if not (hasattr(signal, "pthread_sigmask") and signals):
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, _GROUP_SIGNALS)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     try:
         yield
     finally:
@@ -264,15 +262,10 @@ def _start_resource_tracker():
     SIGHUP blocked, so that it outlives a hang-up sent to the process group as the run
     does (it ignores SIGINT and SIGTERM itself; killed, it is started again, with a
     traceback per resource it forgot)."""
-    if not (hasattr(signal, "pthread_sigmask") and hasattr(signal, "SIGHUP")):
-        return
     from multiprocessing import resource_tracker
 
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
-    try:
+    with _blocked([signal.SIGHUP] if hasattr(signal, "SIGHUP") else []):
         resource_tracker.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 async def _result(future):
@@ -441,7 +434,7 @@ class Workers:
             with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
                                   "distributed.worker.profile.enabled": False,
                                   "distributed.admin.tick.interval": "1s"}), \
-                    _group_signals_blocked():
+                    _blocked(_GROUP_SIGNALS):
                 cluster = _dask.LocalCluster(
                     n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                     dashboard_address="127.0.0.1:0", worker_dashboard_address="127.0.0.1:0",

@@ -190,7 +190,8 @@ def check_grad(x, y, params, *, eps=None, impl=None, **options):
     known_options("check_grad", options, HEAD_OPTIONS)
     eps = None if eps is None else _step(eps)
     problem = prepare(x, y, params, **options)
-    result = _returned(_callable(impl, bptt, "fastbptt.bptt")(x, y, params, **options), "fastbptt.bptt")
+    made = _callable(impl, bptt, "fastbptt.bptt")(x, y, params, **options)
+    result = _returned(made, "fastbptt.bptt")
     wide = _widen(problem)
     V, c = wide.model.V, wide.model.c
 

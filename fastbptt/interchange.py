@@ -224,7 +224,7 @@ def _has_head(params):
         return V is not None
     if isinstance(value, Layer) or _is_layer_sequence(value):
         return False
-    if type(value) in (tuple, list) or isinstance(value, tuple):
+    if isinstance(value, (tuple, list)):
         return True                                        # (U, W, V[, b, c])
     raise TypeError(f"to_torch takes params as fastbptt.grad or fastbptt.layer.vjp does (a "
                     f"Params, Layer or Model, or a dict or tuple of one); got "

@@ -86,7 +86,7 @@ def test_workers_start_with_the_groups_signals_blocked():
                                    "if l.startswith('SigBlk')).split()[1])"],
             capture_output=True, text=True, check=True).stdout.strip()
 
-    with distributed._group_signals_blocked():
+    with distributed._blocked(distributed._GROUP_SIGNALS):
         thread = threading.Thread(target=spawn)
         thread.start()
     thread.join()

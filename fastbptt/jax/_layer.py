@@ -27,7 +27,8 @@ import numpy as np
 
 from .. import layer as _layer
 from .._bridge_options import check_truncation
-from .._inputs import _refuse_masked, prepare_layer
+from .._inputs import prepare_layer
+from .._masks import refuse_masked as _refuse_masked
 from .._params_check import check_layers
 from ..params import CELLS, LAYER_NAMES, Layer, read_layer
 from . import _kept
