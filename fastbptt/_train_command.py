@@ -31,7 +31,7 @@ from ._train_options import DEFAULT_CHECKPOINT_EVERY, DEFAULT_TIME
 from .params import from_leaves, leaves
 from .sampling import sample
 from .text import Codec, unigram_entropy
-from .train import Trainer, TrainOptions, evaluate
+from .train import Trainer, TrainOptions, evaluate, scored
 
 __all__ = ["run", "run_sample", "DEFAULT_TIME", "DEFAULT_CHECKPOINT_EVERY"]
 
@@ -501,9 +501,11 @@ def _report(args, r, say):
     train_loss = evaluate(trainer.params, train_eval, activation=options.activation)
     val_loss = evaluate(trainer.params, val_ids, activation=options.activation)
     say(f"train loss       {train_loss:.3f} nats/char  {_bits(train_loss):.3f} bits/char  "
-        f"(final model, last {train_eval.size:,} characters of the train split)")
+        f"(final model, {scored(train_eval.size):,} predictions in the last "
+        f"{train_eval.size:,} characters of the train split)")
     say(f"validation loss  {val_loss:.3f} nats/char  {_bits(val_loss):.3f} bits/char  "
-        f"(final model, all {val_ids.size:,} held-out characters)")
+        f"(final model, {scored(val_ids.size):,} predictions in the {val_ids.size:,} "
+        "held-out characters)")
     say(f"unigram baseline {baseline:.3f} nats/char  {_bits(baseline):.3f} bits/char  "
         "(entropy of the train split's character frequencies, on the train split)")
     say(f"validation / unigram = {val_loss / baseline:.3f}")

@@ -33,7 +33,7 @@ from .params import from_leaves, init_params, leaves
 from .sampling import sample
 from .text import StreamBatcher, check_position
 
-__all__ = ["TrainOptions", "Trainer", "Diverged", "evaluate", "OPTION_RANGES"]
+__all__ = ["TrainOptions", "Trainer", "Diverged", "evaluate", "scored", "OPTION_RANGES"]
 
 
 class Trainer:
@@ -174,6 +174,20 @@ class Trainer:
         return path
 
 
+def _streams(size, streams):
+    """How many segments `evaluate` cuts a text of `size` ids into (each at least 2)."""
+    return max(1, min(streams, (size - 1) // 2))
+
+
+def scored(size, streams=32):
+    """How many next-id predictions `evaluate` scores in a text of `size` ids: each of
+    its segments predicts all of its ids but its first, and a remainder is left out."""
+    if size < 2:
+        return 0
+    n = _streams(size, streams)
+    return n * ((size - 1) // n)
+
+
 def evaluate(params, ids, *, activation="tanh", streams=32, steps=128):
     """Loss in nats per character of ``params`` predicting each next id of ``ids``.
 
@@ -186,7 +200,7 @@ def evaluate(params, ids, *, activation="tanh", streams=32, steps=128):
     ids = np.asarray(ids, np.int64)
     if ids.size < 2:
         return float("nan")
-    streams = max(1, min(streams, (ids.size - 1) // 2))
+    streams = _streams(ids.size, streams)
     batcher = StreamBatcher(ids, streams, steps)
     h, c = zero_state(params, streams)
     total, count = 0.0, 0

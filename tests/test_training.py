@@ -11,7 +11,7 @@ import fastbptt
 from fastbptt import checkpoint
 from fastbptt.cli import main
 from fastbptt.text import Codec
-from fastbptt.train import TrainOptions, Trainer, evaluate
+from fastbptt.train import TrainOptions, Trainer, evaluate, scored
 
 TEXT = ("the quick brown fox jumps over the lazy dog. " * 6
         + "def f(x):\n    return x + 1\n" * 6) * 4
@@ -47,6 +47,16 @@ def test_evaluate_matches_the_loss_of_one_call():
     got = evaluate(params, ids, streams=1, steps=37)
     want = fastbptt.loss(ids[:-1], ids[1:], params) / 200
     assert got == pytest.approx(want, rel=1e-10)
+
+
+def test_evaluate_scores_the_predictions_scored_counts():
+    params = fastbptt.init_params(5, 6, 5, dtype=np.float64, seed=1)
+    ids = np.random.default_rng(1).integers(0, 5, size=203)
+    assert scored(203, streams=4) == 200        # 4 segments of 50 predictions; 2 ids left
+    assert scored(1) == 0 and scored(2) == 1 and scored(5) == 4
+    want = sum(fastbptt.loss(ids[k * 50:(k + 1) * 50], ids[k * 50 + 1:(k + 1) * 50 + 1],
+                             params) for k in range(4)) / 200
+    assert evaluate(params, ids, streams=4, steps=16) == pytest.approx(want, rel=1e-10)
 
 
 def test_checkpoint_round_trip(tmp_path):
