@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 
 import numpy as np
 import pytest
@@ -175,8 +176,8 @@ sys.argv = ["fastbptt", *{args!r}]
 {entry}
 """
 ENTRIES = {
-    # what pip's console script does, and `python -m fastbptt`
-    "script": "from fastbptt.cli import main\nsys.exit(main())",
+    # what pip's console script does (pyproject.toml's entry point), and `python -m fastbptt`
+    "script": "from fastbptt._start import main\nsys.exit(main())",
     "module": "runpy.run_module('fastbptt', run_name='__main__', alter_sys=True)",
 }
 
@@ -199,6 +200,24 @@ def test_ctrl_c_while_the_command_imports_the_engine_says_one_line(folder, entry
                         lines[-1] if lines else "")
     assert (done.returncode, bool(said), done.stdout) == (130, True, ""), done
     assert "Traceback" not in done.stderr and (len(lines) == 1 or args[0] == "bench"), done
+
+
+def test_the_console_script_is_the_entry_tested_here():
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    assert scripts == {"fastbptt": "fastbptt._start:main"}
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+@pytest.mark.parametrize("module", ["fastbptt.cli", "argparse", "fastbptt._signals"])
+def test_ctrl_c_while_the_program_loads_its_command_line_says_one_line(folder, entry, module):
+    code = CTRL_C_AT_IMPORT.format(module=module, args=["train", "tiny.txt"],
+                                   entry=ENTRIES[entry])
+    done = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True,
+                          text=True, timeout=120, env=env())
+    assert (done.returncode, done.stdout, done.stderr) == (
+        130, "", "fastbptt: interrupted by SIGINT\n"), done
 
 
 def test_bench_exits_on_a_signal_with_one_line_and_leaves_no_child(folder):
