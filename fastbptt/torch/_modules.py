@@ -50,6 +50,11 @@ def _check_tensors(module, tensors):
         raise TypeError(f"fastbptt.torch.{name} computes in float32 or float64; its weights "
                         f"are {dtype}: convert with .float() or .double(), or use "
                         f"torch.nn.{name}")
+    for w_name, w in zip(module._flat_weights_names, module._flat_weights):
+        if w.dtype != dtype:
+            raise TypeError(f"fastbptt.torch.{name}: {w_name} is {w.dtype} and "
+                            f"{module._flat_weights_names[0]} {dtype}: the weights must "
+                            "share one dtype (convert the module with .float() or .double())")
     for t in tensors[1:]:
         if t.dtype != dtype:
             raise ValueError(f"hx dtype ({t.dtype}) does not match weight dtype ({dtype})")
@@ -133,6 +138,7 @@ class _Bridge:
     """The forward pass shared by the three modules."""
 
     _cell = "elman"
+    truncate, stride = None, 1      # where a native module's state becomes this class's
 
     def _fastbptt_options(self, truncate, stride):
         self.truncate, self.stride = truncate, stride
@@ -246,8 +252,8 @@ class _Bridge:
         lengths = None if padding is None else padding.lengths
         h_n, c_n = [], []
         for a, b in spans:
-            cfg = Config(self._cell, getattr(self, "nonlinearity", "tanh"), b - a, D, self.bias,
-                         lengths, self.truncate, self.stride, time_major)
+            cfg = Config(self._cell, "relu" if self.mode == "RNN_RELU" else "tanh", b - a, D,
+                         self.bias, lengths, self.truncate, self.stride, time_major)
             h0, c0 = (None if s is None else s[a * D:b * D] for s in states)
             x, h, c = run(cfg, x, h0, c0, self._flat_weights[a * per:b * per])
             h_n.append(h)
@@ -274,49 +280,43 @@ class _Bridge:
 class RNN(_Bridge, torch.nn.RNN):
     """``torch.nn.RNN`` on fastbptt, plus ``truncate`` and ``stride`` (BPTT(k; s)).
 
-    ``nonlinearity`` is "tanh" or "relu", as for ``torch.nn.RNN``.
+    The constructor takes ``torch.nn.RNN``'s arguments, positional and keyword, and
+    checks them as it does; ``nonlinearity`` is "tanh" or "relu".
     """
 
-    def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True,
-                 batch_first=False, dropout=0.0, bidirectional=False, device=None, dtype=None,
-                 *, truncate=None, stride=1):
-        super().__init__(input_size, hidden_size, num_layers=num_layers,
-                         nonlinearity=nonlinearity, bias=bias, batch_first=batch_first,
-                         dropout=dropout, bidirectional=bidirectional, device=device,
-                         dtype=dtype)
+    def __init__(self, *args, truncate=None, stride=1, **kwargs):
+        super().__init__(*args, **kwargs)
         self._fastbptt_options(truncate, stride)
 
 
 class GRU(_Bridge, torch.nn.GRU):
-    """``torch.nn.GRU`` on fastbptt, plus ``truncate`` and ``stride`` (BPTT(k; s))."""
+    """``torch.nn.GRU`` on fastbptt, plus ``truncate`` and ``stride`` (BPTT(k; s)).
+
+    The constructor takes ``torch.nn.GRU``'s arguments, positional and keyword, and
+    checks them as it does.
+    """
 
     _cell = "gru"
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, device=None, dtype=None, *, truncate=None,
-                 stride=1):
-        super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias,
-                         batch_first=batch_first, dropout=dropout, bidirectional=bidirectional,
-                         device=device, dtype=dtype)
+    def __init__(self, *args, truncate=None, stride=1, **kwargs):
+        super().__init__(*args, **kwargs)
         self._fastbptt_options(truncate, stride)
 
 
 class LSTM(_Bridge, torch.nn.LSTM):
     """``torch.nn.LSTM`` on fastbptt, plus ``truncate`` and ``stride`` (BPTT(k; s)).
 
-    ``proj_size > 0`` (an LSTM with projections) is not supported: use ``torch.nn.LSTM``.
+    The constructor takes ``torch.nn.LSTM``'s arguments, positional and keyword, and
+    checks them as it does; ``proj_size > 0`` (an LSTM with projections) is then refused
+    (``NotImplementedError``): use ``torch.nn.LSTM``.
     """
 
     _cell = "lstm"
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, proj_size=0, device=None, dtype=None, *,
-                 truncate=None, stride=1):
-        if proj_size:
+    def __init__(self, *args, truncate=None, stride=1, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.proj_size:
             raise NotImplementedError(f"fastbptt.torch.LSTM has no projections (proj_size="
-                                      f"{proj_size}): use torch.nn.LSTM for an LSTM with "
+                                      f"{self.proj_size}): use torch.nn.LSTM for an LSTM with "
                                       "projections")
-        super().__init__(input_size, hidden_size, num_layers=num_layers, bias=bias,
-                         batch_first=batch_first, dropout=dropout, bidirectional=bidirectional,
-                         device=device, dtype=dtype)
         self._fastbptt_options(truncate, stride)
