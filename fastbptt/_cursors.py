@@ -26,7 +26,7 @@ from .params import from_leaves, leaves, read_model
 from .text import StreamBatcher, block_ids
 
 __all__ = ["Carried", "Recipe", "CursorBlock", "LocalBlocks", "BlockLost", "place_local",
-           "zero_state", "warm_up", "split_rows", "split_state", "merge_states", "combine"]
+           "zero_state", "split_rows", "split_state", "merge_states", "combine"]
 
 
 class BlockLost(Exception):
@@ -66,15 +66,6 @@ def zero_state(params, batch):
         (batch, W.shape[1])
     return np.zeros(shape, W.dtype), (np.zeros(shape, W.dtype) if model.cell == "lstm"
                                       else None)
-
-
-def warm_up(params, batch, recipe):
-    """One call of one step for ``batch`` cursors: the kernels compile (or come from
-    Numba's cache) before a run's clock starts."""
-    x = np.zeros((batch, 1), np.int64)
-    h, c = zero_state(params, batch)
-    bptt(x, x, params, truncate=recipe.truncate, stride=recipe.stride,
-         activation=recipe.activation, h0=h, c0=c)
 
 
 def split_rows(batch, parts):
@@ -139,6 +130,16 @@ class CursorBlock:
         self.zeros = zero_state(params, stop - first)
         self._pending = None
 
+    def warm_up(self):
+        """A call of each length the block's steps take (`StreamBatcher.call_steps`), on
+        zeros: their kernels compile (or come from Numba's cache) before a run's clock
+        starts. The block's state and params are untouched."""
+        r = self.recipe
+        for T in self.batcher.call_steps:
+            x = np.zeros((self.rows[1] - self.rows[0], T), np.int64)
+            bptt(x, x, self.params, truncate=r.truncate, stride=r.stride,
+                 activation=r.activation, h0=self.zeros[0], c0=self.zeros[1])
+
     def _sync(self, step):
         """Commit the pending state if ``step`` says its update was applied, else discard
         it; then the block must be at ``step``."""
@@ -192,6 +193,10 @@ class LocalBlocks:
     @property
     def rows(self):
         return [b.rows for b in self.blocks]
+
+    def warm_up(self):
+        for b in self.blocks:
+            b.warm_up()
 
     def gradients(self, step, params):
         return combine([b.compute(step, params) for b in self.blocks])

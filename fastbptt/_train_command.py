@@ -11,6 +11,7 @@ more workers when they join, at a checkpoint). Every save goes through
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 import sys
@@ -23,7 +24,7 @@ from . import _preflight, _resume
 from . import checkpoint as ckpt_io
 from ._checkpoint_claim import claimed
 from ._command_errors import CommandError, UsageError, describe
-from ._cursors import BlockLost, warm_up
+from ._cursors import BlockLost
 from ._ranges import flag
 from ._run_saves import NothingToSave, Schedule, failure, kept, resume_hint, save_checkpoint
 from ._signals import Interrupted, SignalGuard
@@ -46,6 +47,23 @@ def _number(value):
 
 def _bits(nats):
     return nats / LN2
+
+
+def _warm_up(trainer, args, val_ids):
+    """Compile (or load from Numba's cache) what the loop calls, before its clock starts:
+    the steps' kernels at each of their shapes (`CursorBlock.warm_up`), the optimizer's
+    update and, where the loop
+    samples, the validation estimate and the sampler. The update runs on copies, and the
+    sampler with an RNG of its own: the run's state is untouched."""
+    trainer.blocks.warm_up()
+    arrays = leaves(trainer.params)
+    copy.deepcopy(trainer.optimizer).step(
+        from_leaves({name: a.copy() for name, a in arrays.items()}),
+        from_leaves({name: np.zeros_like(a) for name, a in arrays.items()}))
+    if args.sample_every:
+        evaluate(trainer.params, val_ids[:65],                    # 32 streams, as the loop's
+                 activation=trainer.options.activation)
+        trainer.sample(1, rng=np.random.default_rng(0))
 
 
 def _plot(path, trainer, baseline, val_loss, eval_chars):
@@ -226,7 +244,7 @@ def _start(args, given, say, claims):
         _decay_note(options, trainer.step, args.steps, say)
     if workers is not None:
         say(f"workers: {_placed(trainer)} {where}")
-    warm_up(trainer.params, options.batch, trainer.recipe)   # before the clock starts
+    _warm_up(trainer, args, val_ids)                       # before the clock starts
     return _Run(options, trainer, codec, train_ids, val_ids, extra, workers)
 
 

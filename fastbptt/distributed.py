@@ -54,7 +54,6 @@ except ImportError:
 
 from . import __version__
 from ._cursors import BlockLost, CursorBlock, block_args, merge_states, split_rows
-from ._cursors import warm_up
 from ._run_saves import NothingToSave
 from ._signals import Interrupted
 from ._step_socket import Closed, Listener, connect, serve
@@ -201,8 +200,7 @@ class _Block:
 
     def warm(self):
         """Compile the kernels (or load Numba's cache) before the run's clock starts."""
-        warm_up(self.block.params, self.block.rows[1] - self.block.rows[0],
-                self.block.recipe)
+        self.block.warm_up()
         return True
 
     def compute(self, step, flat=None):
@@ -285,6 +283,9 @@ class DaskBlocks:
         self.listener = None if mapping is None else Listener(len(addresses))
         self._out = layout.empty() if mapping is None else mapping.part(0)
         self._sum = layout.empty()
+
+    def warm_up(self):
+        """Nothing: each worker warms its block up when it is placed (`Workers.place`)."""
 
     async def _alive(self):
         """The addresses of the cluster's workers now, as the scheduler knows them."""

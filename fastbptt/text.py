@@ -154,6 +154,13 @@ class StreamBatcher:
     def calls_per_pass(self):
         return -(-self.segment // self.steps)
 
+    @property
+    def call_steps(self):
+        """The lengths T of a pass's calls: ``steps``, and the shorter last call's where
+        ``steps`` does not divide the segment (or the segment, where it is shorter)."""
+        full, rest = divmod(self.segment, self.steps)
+        return ((self.steps,) if full else ()) + ((rest,) if rest else ())
+
     def next(self):
         """The next T steps of every cursor, (B, T') each, as a `Batch`."""
         if self.pos >= self.segment:

@@ -146,12 +146,13 @@ class Trainer:
         self.timing["update"] += time.perf_counter() - between
         return loss / n, n
 
-    def sample(self, chars=200, prime="\n", temperature=0.8):
-        """Text from the current model, drawn with the run's RNG (part of its state)."""
+    def sample(self, chars=200, prime="\n", temperature=0.8, rng=None):
+        """Text from the current model, drawn with the run's RNG (part of its state), or
+        with ``rng``."""
         if not set(prime) <= set(self.codec.chars):
             prime = ""
         return sample(self.params, self.codec, prime=prime, chars=chars,
-                      temperature=temperature, rng=self.rng,
+                      temperature=temperature, rng=self.rng if rng is None else rng,
                       activation=self.options.activation)
 
     def checkpoint(self):

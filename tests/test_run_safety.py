@@ -57,23 +57,23 @@ def test_divergence_keeps_the_last_checkpoint_and_says_where_to_go_back(
     2) or to start a new run (none yet, or step 3, just before the failing step)."""
     import fastbptt._cursors as cursors
 
-    real_bptt, calls = cursors.bptt, []
+    real_compute, calls = cursors.CursorBlock.compute, []
 
-    def nan_at_step_4(*args, **kwargs):
-        out = real_bptt(*args, **kwargs)
+    def nan_at_step_4(self, step, params):
+        loss, grads, chars, seconds = real_compute(self, step, params)
         calls.append(1)
-        if len(calls) == 5:                       # the warm-up call, then steps 1-4
+        if len(calls) == 4:
             if what == "loss":
-                out = out._replace(loss=float("nan"))
+                loss = float("nan")
             else:
-                out.grads.W[0, 0] = np.nan
-        return out
+                grads.W[0, 0] = np.nan
+        return loss, grads, chars, seconds
     periodic = () if every is None else ("--checkpoint-every", every)
     straight = tmp_path / "straight.npz"
     if every is not None:
         assert main(train(corpus, straight, "--steps", every, "--lr-horizon", "10")) == 0
     capsys.readouterr()
-    monkeypatch.setattr(cursors, "bptt", nan_at_step_4)
+    monkeypatch.setattr(cursors.CursorBlock, "compute", nan_at_step_4)
     diverged = tmp_path / "diverged.npz"
     assert main(train(corpus, diverged, "--steps", "10", "--lr-horizon", "10", *periodic)) == 1
     line = stderr_line(capsys)
@@ -138,8 +138,12 @@ def test_a_failed_sample_saves_the_run_and_resume_continues(corpus, tmp_path, ca
                                                             monkeypatch):
     ckpt = tmp_path / "sample.npz"
 
-    def broken(self, *args, **kwargs):
-        raise RuntimeError("the sampler broke")
+    real = Trainer.sample
+
+    def broken(self, *args, **kwargs):            # once the run has stepped (not warming up)
+        if self.step:
+            raise RuntimeError("the sampler broke")
+        return real(self, *args, **kwargs)
     monkeypatch.setattr(Trainer, "sample", broken)
     args = ["train", str(corpus), *SMALL, "--sample-every", "3", "--checkpoint", str(ckpt)]
     assert main(args + ["--steps", "9"]) == 1
