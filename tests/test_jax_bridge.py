@@ -253,6 +253,23 @@ def test_nan_propagates(cell):
     assert bool(jnp.isnan(g.W).any())
 
 
+@pytest.mark.parametrize("k, s", [(jnp.int32(3), 1), (np.array(3), 1), (3, jnp.asarray(3)),
+                                  (np.array(3), np.array(3))],
+                         ids=["jax-k", "numpy-0d-k", "jax-s", "numpy-0d-both"])
+def test_truncation_given_as_integer_scalar_arrays(k, s):
+    """As a config or np.load gives them: read as the Python ints they hold, under jit
+    too (the options are hashed)."""
+    p = draw("elman", np.random.default_rng(8))
+    x = jnp.asarray(np.random.default_rng(9).normal(size=(B, T, L)))
+
+    def loss(p, k, s):
+        return (fj.rnn(p, x, truncate=k, stride=s)[0] ** 2).sum()
+    want = jax.grad(loss)(p, 3, int(s))
+    for got in (jax.grad(loss)(p, k, s), jax.jit(jax.grad(lambda p: loss(p, k, s)))(p)):
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 def test_refusals_while_tracing():
     p = draw("elman", np.random.default_rng(7))
     x = jnp.zeros((B, T, L))

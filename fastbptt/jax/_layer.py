@@ -319,8 +319,9 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
         raise ValueError(f"x as dense floats must be (T, L) or {batch}, L) with L={L} from U "
                          f"and dtype {dtype}; got {x.shape} {x.dtype}")
     lead = x.shape if ids else x.shape[:-1]
-    check_truncation(truncate, stride, reverse=reverse,
-                     steps=lead[0] if time_major or len(lead) == 1 else lead[1])
+    truncate, stride = check_truncation(                   # Python ints: options are hashed
+        truncate, stride, reverse=reverse,
+        steps=lead[0] if time_major or len(lead) == 1 else lead[1])
     h = jax.ShapeDtypeStruct(lead + (H,), dtype)
     seqs = lead[1:] if time_major else lead[:-1]           # (B,), or () for one sequence
     final = jax.ShapeDtypeStruct(seqs + (H,), dtype)
