@@ -58,3 +58,27 @@ def test_numba_cache_dir_serves_a_read_only_install(read_only_install, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "CacheUnavailableWarning" not in done.stderr
     assert any(tmp_path.rglob("*.nbi")), "nothing was cached in NUMBA_CACHE_DIR"
+
+
+LOADED = """
+import numpy as np
+from fastbptt._kernels.checks import all_finite
+all_finite(np.ones(3))
+print(sum(all_finite.stats.cache_hits.values()), sum(all_finite.stats.cache_misses.values()))
+"""
+
+
+def test_a_cache_built_at_another_numba_opt_is_compiled_again(tmp_path):
+    """Code compiled under NUMBA_OPT=0 is slower: a later process at the default level
+    compiles its own instead of loading it (and one at 0 again, likewise)."""
+    def hits_and_misses(**env):
+        environ = {k: v for k, v in os.environ.items() if k != "NUMBA_OPT"}
+        environ.update(NUMBA_CACHE_DIR=str(tmp_path), **env)
+        done = subprocess.run([sys.executable, "-c", LOADED], env=environ,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return tuple(map(int, done.stdout.split()))
+    assert hits_and_misses(NUMBA_OPT="0") == (0, 1)
+    assert hits_and_misses() == (0, 1)
+    assert hits_and_misses() == (1, 0)
+    assert hits_and_misses(NUMBA_OPT="0") == (0, 1)

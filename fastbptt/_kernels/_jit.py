@@ -18,7 +18,8 @@
 Numba checks a cached kernel against its own source file only, but the drivers inline
 the cells' step math and the vector code of other files. So the cache of every kernel
 in this folder is keyed on the contents of all of its files (`_STAMP`): an edit anywhere
-here recompiles whatever was cached, instead of loading stale code.
+here recompiles whatever was cached, instead of loading stale code. The key also holds
+``NUMBA_OPT``, whose lower levels give slower code.
 """
 import hashlib
 import os
@@ -51,7 +52,11 @@ class _Stamped:
     """A Numba cache locator for the kernels of this folder, stamped with `_STAMP`."""
 
     def get_source_stamp(self):
-        return _STAMP
+        """`_STAMP` and NUMBA_OPT: code compiled at a lower level the user set (a cache
+        built under NUMBA_OPT=0 ran W3 6x slower) is not loaded at another, nor the
+        reverse; the cache is compiled again."""
+        level = "max" if getattr(config.OPT, "is_opt_max", False) else int(config.OPT)
+        return f"{_STAMP}:opt={level}"
 
     @classmethod
     def from_function(cls, py_func, py_file):
