@@ -20,6 +20,8 @@ import time
 from ._command_errors import UsageError, interrupted, run_command
 from ._ranges import Range
 
+DESCRIPTION = ("exact backpropagation-through-time gradients from Numba kernels: a demo, "
+               "benchmarks, and character models to train and sample")   # not __doc__: -OO
 MAX_CHARS = 10 ** 8        # characters one sample draws: hours of drawing already
 
 
@@ -345,7 +347,7 @@ COMMANDS = ("demo", "bench", "train", "sample")
 def build_parser():
     from . import __version__
 
-    parser = _Parser(prog="fastbptt", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="fastbptt", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"fastbptt {__version__}")
     commands = parser.add_subparsers(dest="command")
     d = commands.add_parser("demo", help="the documents' example: kernels vs reference")

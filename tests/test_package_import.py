@@ -98,6 +98,16 @@ def command_with(env, args, cwd=None):
             for run in runs]
 
 
+def test_the_command_runs_without_docstrings():
+    """``PYTHONOPTIMIZE=2`` (``python -OO``) drops docstrings: the parser does not read
+    them, and a short demo runs."""
+    for r in command_with({"PYTHONOPTIMIZE": "2"}, ["--help"]):
+        assert r.returncode == 0 and "usage: fastbptt" in r.stdout, r.stderr
+    for r in command_with({"PYTHONOPTIMIZE": "2"}, ["demo", "--steps", "5", "--hidden", "4",
+                                                    "--repeat", "1"]):
+        assert r.returncode == 0 and "loss: kernels" in r.stdout, r.stderr
+
+
 def test_the_command_refuses_a_disabled_jit_in_one_line(tmp_path):
     """NUMBA_DISABLE_JIT=1 stops `import fastbptt` before the command's own error handling:
     still one line, status 1; from Numba's configuration file, the line names that file."""
