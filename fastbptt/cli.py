@@ -405,16 +405,27 @@ def build_parser():
     return parser
 
 
+# the program again, from this very package: `python -m fastbptt` would import a
+# fastbptt folder in the current directory first
+_AGAIN = ("import sys; sys.path[0] = {root!r}; sys.argv[0] = 'fastbptt'; "
+          "from fastbptt._start import main; sys.exit(main())")
+
+
 def _steady_malloc(argv):
-    """Re-execute this program with glibc's malloc thresholds fixed (`bench.allocator`);
-    returns only where there is nothing to change."""
+    """Re-execute this program with glibc's malloc thresholds fixed (`bench.allocator`),
+    with the interpreter's flags and this package; returns only where there is nothing
+    to change."""
+    import subprocess
+
     from .bench.allocator import steady_environment
 
     environ = steady_environment()
     if environ is not None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execve(sys.executable, [sys.executable, "-m", "fastbptt", *argv], environ)
+        os.execve(sys.executable, [sys.executable, *subprocess._args_from_interpreter_flags(),
+                                   "-c", _AGAIN.format(root=root), *argv], environ)
 
 
 def main(argv=None):

@@ -1,12 +1,17 @@
 """The bench's malloc thresholds: set for the bench program on glibc, never over the
 user's own, and never by an in-process call."""
+import os
 import platform
+import subprocess
+import sys
 
 import pytest
 
+import fastbptt
 from fastbptt import cli
 from fastbptt.bench import allocator
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastbptt.__file__)))
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
 
 
@@ -43,5 +48,23 @@ def test_the_program_re_executes_once_with_them(monkeypatch):
     monkeypatch.setattr(cli.sys, "argv", ["fastbptt", "bench", "--workloads", "W2"])
     cli.main()
     (executable, argv, env), = calls
-    assert argv[1:] == ["-m", "fastbptt", "bench", "--workloads", "W2"]
+    assert argv[-5] == "-c" and argv[-3:] == ["bench", "--workloads", "W2"]
     assert all(env[name] == value for name, value in allocator.VARIABLES.items())
+
+
+@glibc
+def test_the_program_runs_again_from_its_own_package(tmp_path):
+    """A fastbptt folder in the current directory does not take over the re-executed
+    bench (``-m fastbptt`` would import it)."""
+    (tmp_path / "fastbptt").mkdir()
+    (tmp_path / "fastbptt" / "__init__.py").write_text("import sys\nprint('SHADOW')\n"
+                                                      "sys.exit(7)\n")
+    env = {k: v for k, v in os.environ.items() if k not in allocator.VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    code = (f"import sys; sys.path.insert(0, {ROOT!r}); sys.argv[0] = 'fastbptt'; "
+            "from fastbptt._start import main; sys.exit(main())")      # as the script runs
+    done = subprocess.run([sys.executable, "-c", code, "bench", "--workloads", "W2",
+                           "--no-peers", "--repeat", "1"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "SHADOW" not in done.stdout, done
+    assert "W2" in done.stdout
