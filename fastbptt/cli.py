@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from ._command_errors import UsageError, interrupted, run_command
+from ._command_errors import CommandError, UsageError, interrupted, run_command
 from ._ranges import Range
 
 DESCRIPTION = ("exact backpropagation-through-time gradients from Numba kernels: a demo, "
@@ -106,6 +106,14 @@ def bench(args):
     if args.json is not None:
         _preflight.output_file(args.json, "--json")
     if args.torch or args.jax:
+        import importlib
+
+        for bridge in ("torch", "jax"):             # one line naming the extra, status 1
+            if getattr(args, bridge):
+                try:
+                    importlib.import_module(f"fastbptt.{bridge}")
+                except ImportError as error:
+                    raise CommandError(f"--{bridge}: {error}") from None
         from .bench import bridge_steps
 
         names = [n for f in ("torch", "jax") if getattr(args, f)

@@ -6,6 +6,7 @@ training run: test_run_safety.py.)"""
 import os
 import shutil
 import stat
+import sys
 
 import numpy as np
 import pytest
@@ -272,3 +273,17 @@ def test_other_failures_exit_1_with_one_line(folder, capsys, monkeypatch):
     assert not (folder / "nodir").exists() and not (folder / "c.npz").exists()
     assert (folder / "tiny.txt").read_text().startswith("the quick")    # not overwritten
     assert not hasattr(os, "mkfifo") or stat.S_ISFIFO(os.stat(folder / "fifo").st_mode)
+
+
+@pytest.mark.parametrize("bridge, framework", [("torch", "PyTorch"), ("jax", "JAX")])
+@pytest.mark.parametrize("workloads", [[], ["--workloads", "W2"]], ids=["alone", "with-W2"])
+def test_bench_of_a_bridge_whose_extra_is_missing_says_which_in_one_line(
+        capsys, monkeypatch, bridge, framework, workloads):
+    """As for ``--plot`` without matplotlib: status 1 and the extra named, before any
+    measuring."""
+    monkeypatch.setitem(sys.modules, bridge, None)           # `import torch` fails
+    monkeypatch.delitem(sys.modules, f"fastbptt.{bridge}", raising=False)
+    outcome = in_process(["bench", f"--{bridge}", *workloads], capsys)
+    assert (outcome.status, outcome.out, outcome.err) == (
+        1, "", f"fastbptt bench: --{bridge}: fastbptt.{bridge} needs {framework}: pip "
+               f"install 'fastbptt[{bridge}]'\n")
