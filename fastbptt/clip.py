@@ -32,7 +32,8 @@ def global_norm(grads):
     total = 0.0
     for a in _arrays(grads):
         flat = a.reshape(-1)
-        with np.errstate(over="ignore", invalid="ignore"):   # an overflow: summed again
+        with np.errstate(over="ignore", invalid="ignore",    # an overflow: summed again
+                         under="ignore"):                    # tiny squares: 0, rightly
             part = float(np.dot(flat, flat))
         if not math.isfinite(part):
             top = float(np.max(np.abs(flat))) if flat.size else 0.0
@@ -73,8 +74,9 @@ def clip_grads(grads, *, max_norm=None, max_value=None):
             raise ValueError("clip_grads clips in place; got a read-only gradient array")
     norm = global_norm(grads)
     if max_norm is not None and norm > max_norm:
-        for a in arrays:
-            a *= a.dtype.type(max_norm / norm)
+        with np.errstate(under="ignore"):
+            for a in arrays:
+                a *= a.dtype.type(max_norm / norm)
     if max_value is not None:
         for a in arrays:
             np.clip(a, -max_value, max_value, out=a)

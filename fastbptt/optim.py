@@ -128,8 +128,9 @@ class Optimizer:
                         f"new optimizer, or load_state_dict the state saved with them)")
             self._check_dtype(p.dtype)
         self.t += 1
-        for name, p, g in pairs:
-            self._update(name, p, g)
+        with np.errstate(under="ignore"):      # tiny gradients' squares round to 0, rightly
+            for name, p, g in pairs:
+                self._update(name, p, g)
 
     def _check_dtype(self, dtype):
         """ValueError when an option would round to nothing in ``dtype``."""

@@ -37,10 +37,10 @@ def _probabilities(h, V, c, temperature):
     if not np.isfinite(logits).all():
         return None
     logits -= logits.max()
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", under="ignore"):       # e^-800 is 0: never drawn
         logits /= temperature
-    p = np.exp(logits)
-    return p / p.sum()
+        p = np.exp(logits)
+        return p / p.sum()
 
 
 def _model(params):

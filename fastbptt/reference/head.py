@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._blas_flags import ignore_invalid_flag
+from .._blas_flags import ignore_harmless_flags
 from .._inputs import HEAD_OPTIONS, known_options, prepare
 from .._results import BPTTResult
 from ..layer import _caller_states
@@ -18,7 +18,7 @@ from .stack import Forward
 __all__ = ["bptt", "grad", "value_and_grad", "output", "output_error"]
 
 
-@ignore_invalid_flag
+@ignore_harmless_flags
 def output(h, V, c):
     """o = V h + c."""
     return V @ h if c is None else V @ h + c
@@ -27,7 +27,7 @@ def output(h, V, c):
 _LOSS_CODES = {"softmax_ce": 0, "mse": 1}
 
 
-@ignore_invalid_flag
+@ignore_harmless_flags
 def output_error(o, target, y_ids, loss):
     """(L_t, e_t = dL_t/do_t) for one output vector o; target is a class id or a row;
     loss "softmax_ce" or "mse" (or their codes 0, 1).
@@ -55,7 +55,7 @@ def output_error(o, target, y_ids, loss):
     return -(row @ log_p), p * row.sum() - row
 
 
-@ignore_invalid_flag
+@ignore_harmless_flags
 def solve(problem):
     """(loss, Model of gradients, h_final, dh0, c_final, dc0), states as (S, B, H)."""
     V, c = problem.model.V, problem.model.c

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._blas_flags import ignore_invalid_flag
+from .._blas_flags import ignore_harmless_flags
 from .cells import State, add
 
 __all__ = ["Run", "run", "sweep", "window_start", "windows"]
@@ -70,7 +70,7 @@ class Run:
         return h
 
 
-@ignore_invalid_flag
+@ignore_harmless_flags
 def run(layer, cell, activation, inputs, start, reverse=False):
     """The forward pass of one direction over one sequence's inputs (in step order)."""
     order = list(range(len(inputs)))
@@ -87,7 +87,7 @@ def run(layer, cell, activation, inputs, start, reverse=False):
     return out
 
 
-@ignore_invalid_flag
+@ignore_harmless_flags
 def sweep(layer, cell, activation, r, inject, lo, hi, grads, dx, final=None):
     """Carry gradients back through positions hi ... lo of run ``r``.
 
