@@ -12,7 +12,9 @@ source when no file is given) and ``fastbptt sample CHECKPOINT`` prints text fro
 from __future__ import annotations
 
 import argparse
+import codecs
 import difflib
+import io
 import os
 import sys
 import time
@@ -337,7 +339,8 @@ def _add_train(commands):
     s.add_argument("--temperature", type=_temperature, default=0.8,
                    help="below 1 sharper, above 1 more random; a tiny one draws the most "
                         "likely character (0.8)")
-    s.add_argument("--prime", default="", help="text to start from (printed first)")
+    s.add_argument("--prime", default="", type=_text,
+                   help="text to start from (printed first)")
     s.add_argument("--seed", type=_seed, default=None, help="for reproducible text")
     s.set_defaults(run=sample)
 
@@ -419,6 +422,27 @@ _AGAIN = ("import sys; sys.path[0] = {root!r}; sys.argv[0] = 'fastbptt'; "
           "from fastbptt._start import main; sys.exit(main())")
 
 
+def _text(arg):
+    """An argument read as text: where the locale could not decode its bytes (Python
+    escapes them as surrogates: LC_ALL=C without UTF-8 mode), read as UTF-8 if they are."""
+    if not any("\udc80" <= ch <= "\udcff" for ch in arg):
+        return arg
+    try:
+        return os.fsencode(arg).decode("utf-8")
+    except UnicodeError:
+        return arg
+
+
+def _escaping_stdout():
+    """The program's stdout writes what its encoding cannot (text in an ASCII locale, file
+    names' undecodable bytes) as backslash escapes, instead of failing mid-run; UTF-8
+    with surrogate escapes (Python's UTF-8 mode) already writes everything."""
+    out = sys.stdout
+    if isinstance(out, io.TextIOWrapper) and (
+            out.errors == "strict" or codecs.lookup(out.encoding).name != "utf-8"):
+        out.reconfigure(errors="backslashreplace")
+
+
 def _steady_malloc(argv):
     """Re-execute this program with glibc's malloc thresholds fixed (`bench.allocator`),
     with the interpreter's flags and this package; returns only where there is nothing
@@ -444,6 +468,8 @@ def main(argv=None):
     """
     last = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
+    if last:
+        _escaping_stdout()
     if sys.stderr is None:                  # closed (2>&-): say nothing, as 2>/dev/null
         sys.stderr = open(os.devnull, "w")
     if sys.stdout is None:                  # closed (>&-): refused before any work

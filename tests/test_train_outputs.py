@@ -113,3 +113,25 @@ def test_the_train_figure_beside_a_sample_is_the_mean_of_recent_steps(tmp_path, 
     shown = float(re.search(r"--- step 2: train ([0-9.]+),", capsys.readouterr().out)[1])
     l1, l2 = checkpoint.load(tmp_path / "c.npz").history["loss"]
     assert abs(shown - (0.98 * l1 + l2) / 1.98) < 6e-4          # printed to 3 decimals
+
+
+def test_an_ascii_locale_prints_text_it_cannot_encode_as_escapes(tmp_path):
+    """LC_ALL=C without Python's UTF-8 mode: stdout is ASCII. A sample of non-ASCII text
+    (and a --prime given in UTF-8, whose bytes the locale cannot decode) is printed with
+    backslash escapes, status 0; the run used to stop at its first sample."""
+    corpus = tmp_path / "text.txt"
+    corpus.write_text("café naïve 日本 " * 200, encoding="utf-8")
+    ckpt = tmp_path / "run.npz"
+    environ = env(LC_ALL="C", PYTHONUTF8="0")
+    environ.pop("PYTHONIOENCODING", None)
+    train = subprocess.run(
+        [sys.executable, "-m", "fastbptt", "train", str(corpus), *SMALL, "--steps", "4",
+         "--sample-every", "2", "--sample-chars", "40", "--checkpoint", str(ckpt)],
+        env=environ, capture_output=True, text=True, timeout=300, encoding="utf-8")
+    assert train.returncode == 0, train.stderr
+    assert checkpoint.load(ckpt).step == 4
+    drawn = subprocess.run(
+        [sys.executable, "-m", "fastbptt", "sample", str(ckpt), "--prime", "café ",
+         "--chars", "30"], env=environ, capture_output=True, timeout=300)
+    assert drawn.returncode == 0, drawn.stderr
+    assert drawn.stdout.startswith(b"caf\\xe9 ") and drawn.stdout.isascii()
