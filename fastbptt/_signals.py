@@ -10,6 +10,10 @@ another hands the first signal it received to the outer one as it is left, so a 
 that arrives on the way out neither raises again nor changes the exit status. The exit status is the shell's
 convention, 128 + the number of the first signal: 130 (SIGINT), 143 (SIGTERM), 129
 (SIGHUP).
+
+A signal set to be ignored when a guard opens (``nohup`` starts the program with SIGHUP
+ignored; a shell script's background job, with SIGINT) stays ignored: the guard takes
+only the others.
 """
 from __future__ import annotations
 
@@ -86,6 +90,8 @@ class SignalGuard:
     def __enter__(self):
         with self.deferred():           # all handlers in place before one may raise
             for signum in SIGNALS:
+                if signal.getsignal(signum) is signal.SIG_IGN:
+                    continue            # the caller's choice (nohup, a background job)
                 try:
                     self._old[signum] = old = signal.signal(signum, self._handle)
                 except ValueError:      # not the main thread

@@ -1,4 +1,5 @@
 """Shared fixtures: small random problems for every combination of options."""
+import signal
 import warnings
 import zlib
 
@@ -21,6 +22,15 @@ with warnings.catch_warnings():
         import hypothesis.extra._patching  # noqa: F401
     except ImportError:
         pass
+
+# The commands leave a signal ignored where they were started so (nohup, a background
+# job of a script): the tests that signal them need the default, whichever way the
+# suite itself was started.
+for _name in ("SIGHUP", "SIGTERM"):
+    if hasattr(signal, _name) and signal.getsignal(getattr(signal, _name)) is signal.SIG_IGN:
+        signal.signal(getattr(signal, _name), signal.SIG_DFL)
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ACTIVATIONS = ["tanh", "sigmoid", "relu", "identity"]
 LOSSES = ["softmax_ce", "mse"]

@@ -121,6 +121,26 @@ def test_a_signal_during_the_final_evaluation_exits_cleanly(folder, signum):
     assert checkpoint.load(folder / ckpt).step == 2
 
 
+def test_a_signal_ignored_at_the_start_stays_ignored(folder):
+    """``nohup fastbptt train``: started with SIGHUP ignored, the run goes on through a
+    SIGHUP, and SIGINT still stops it with the checkpoint saved."""
+    args = ["train", "tiny.txt", *SMALL, "--time", "60", "--sample-every", "0",
+            "--checkpoint", "nohup.npz"]
+    proc = subprocess.Popen([sys.executable, "-m", "fastbptt", *args], cwd=folder, env=env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    read_until(proc, "training for 60 s")
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert proc.poll() is None                          # still training
+    proc.send_signal(signal.SIGINT)
+    outcome = finish(proc, args)
+    assert outcome.status == 130 and "(SIGHUP)" not in outcome.out, outcome
+    step = int(outcome.out.split("interrupted at step ")[1].split(" (SIGINT)")[0])
+    assert checkpoint.load(folder / "nohup.npz").step == step > 0
+
+
 def test_a_stream_of_signals_does_not_cut_the_save_short(folder):
     """SIGTERM, then SIGINT and SIGHUP every millisecond through the save of a 27 MB
     checkpoint until the process ends: it ends with SIGTERM's status and a whole file.
