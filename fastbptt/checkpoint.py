@@ -346,6 +346,8 @@ def load(path):
                                 f"no checkpoint at {path}")
     if os.path.isdir(path):
         raise IsADirectoryError(f"{path} is a folder, not a checkpoint")
+    if not stat.S_ISREG(os.stat(path).st_mode):     # reading a FIFO would wait for a writer
+        raise CheckpointError(f"{path} is a device, FIFO or socket, not a checkpoint file")
     with open(path, "rb") as f:              # unreadable: the OSError says so
         if not zipfile.is_zipfile(f):
             raise CheckpointError(f"{path} is not a fastbptt checkpoint (not an .npz file, "

@@ -7,8 +7,10 @@ would pass ``max_chars``. The last ``val_fraction`` of the text is held out for 
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 from typing import NamedTuple
 
 __all__ = ["Corpus", "default_corpus", "read_files", "DEFAULT_MAX_CHARS"]
@@ -58,6 +60,13 @@ def default_corpus(max_chars=DEFAULT_MAX_CHARS):
     return Corpus("".join(parts), description, ("<stdlib>",))
 
 
+def _device(fd):
+    """Whether ``fd`` is a character or block device: files and pipes (a FIFO, /dev/stdin,
+    a shell's <(...)) end, a device may not."""
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+
+
 def read_files(paths):
     """The files' text (UTF-8, undecodable bytes replaced), concatenated in the given order.
 
@@ -66,6 +75,9 @@ def read_files(paths):
     parts, replaced = [], []
     for path in paths:
         with open(path, "rb") as f:
+            if _device(f.fileno()):
+                raise OSError(errno.ENODEV, "that is a device, not a text file (/dev/zero "
+                                            "would be read without end)", path)
             data = f.read()
         text = data.decode("utf-8", errors="replace")
         bad = text.count("\ufffd") - data.count("\ufffd".encode())   # U+FFFD of its own

@@ -287,3 +287,27 @@ def test_bench_of_a_bridge_whose_extra_is_missing_says_which_in_one_line(
     assert (outcome.status, outcome.out, outcome.err) == (
         1, "", f"fastbptt bench: --{bridge}: fastbptt.{bridge} needs {framework}: pip "
                f"install 'fastbptt[{bridge}]'\n")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_as_the_checkpoint_to_read_is_refused_not_waited_on(tmp_path, capsys,
+                                                                   monkeypatch):
+    """Reading would wait for a writer for good: one line, status 1, for sample and for
+    a resumed run."""
+    monkeypatch.chdir(tmp_path)
+    write_corpus(tmp_path)
+    os.mkfifo("fifo.npz")
+    line = "fifo.npz is a device, FIFO or socket, not a checkpoint file"
+    for args in (["sample", "fifo.npz"],
+                 ["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "fifo.npz"]):
+        outcome = in_process(args, capsys)
+        assert (outcome.status, outcome.err) == (1, f"fastbptt {args[0]}: {line}\n"), outcome
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_a_device_as_the_text_is_refused_not_read_without_end(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    outcome = in_process(["train", "/dev/zero", *SMALL, "--steps", "1"], capsys)
+    assert (outcome.status, outcome.err) == (1, "fastbptt train: /dev/zero: that is a device, "
+                                                "not a text file (/dev/zero would be read "
+                                                "without end)\n"), outcome
