@@ -88,7 +88,16 @@ class Trainer:
             self.optimizer.check_complete(leaves(self.params))
             # here, not only where the cursors are placed (a worker's error would not
             # say that the checkpoint is at fault)
-            check_position(resume.batcher, (len(self.train_ids) - 1) // options.batch)
+            segment = (len(self.train_ids) - 1) // options.batch
+            pos, _ = check_position(resume.batcher, segment)
+            wanted = ("hidden", "cell_state") if options.cell == "lstm" else ("hidden",)
+            missing = [k for k, a in zip(("hidden", "cell_state"), states) if k in wanted
+                       and a is None]
+            if missing and 0 < pos < segment:
+                raise ValueError(f"the checkpoint has no {' or '.join(map(repr, missing))} "
+                                 f"entry, the state its cursors carry {pos:,} steps into "
+                                 f"their {segment:,}-step segments of the text: the run "
+                                 "cannot go on exactly from it")
             carried = Carried(resume.batcher, h if states[0] is None else states[0],
                               c if states[0] is None else states[1])
             self.step = resume.step

@@ -453,3 +453,23 @@ def test_a_second_run_on_a_claimed_checkpoint_stops_before_any_work(corpus, tmp_
     assert main(again) == 0
     assert checkpoint.load(ckpt).step == 3
     assert not os.path.exists(lock_path(ckpt))
+
+
+@pytest.mark.parametrize("cell, removed, said", [
+    ("elman", ("hidden",), "the checkpoint has no 'hidden' entry"),
+    ("lstm", ("hidden", "cell_state"), "the checkpoint has no 'hidden' or 'cell_state' entry"),
+    ("lstm", ("cell_state",), "needs both h ('hidden') and c ('cell_state')")])
+def test_a_checkpoint_without_the_carried_state_is_refused_mid_text(corpus, tmp_path, capsys,
+                                                                    cell, removed, said):
+    """Its cursors are part-way through their text: from zero states the run would go on,
+    but not as the run itself would have (it used to, silently)."""
+    ckpt = tmp_path / "run.npz"
+    assert main(train(corpus, ckpt, "--cell", cell, "--steps", "3")) == 0
+    assert 0 < checkpoint.load(ckpt).batcher["pos"]
+    rewrite(ckpt, ckpt, lambda arrays: [arrays.pop(key) for key in removed])
+    before = ckpt.read_bytes()
+    capsys.readouterr()
+    assert main(train(corpus, ckpt, "--cell", cell, "--steps", "5", "--resume")) == 1
+    line = stderr_line(capsys)
+    assert said in line, line
+    assert ckpt.read_bytes() == before
