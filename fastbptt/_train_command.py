@@ -391,7 +391,10 @@ class _Loop:
             eval_ids = self.r.val_ids[:args.eval_chars]
             val = evaluate(trainer.params, eval_ids, activation=self.r.options.activation)
             trainer.evals.append((trainer.step, val))
-            text = trainer.sample(args.sample_chars, temperature=args.temperature)
+            text = trainer.sample(args.sample_chars, temperature=args.temperature,
+                                  stop=lambda: self.guard.received is not None)
+            if text is None:            # a signal: the run stops after this step
+                text = f"(cut short by {self.guard.name})"
             self.say(f"--- step {trainer.step}: train {recent:.3f}, validation "
                      f"{val:.3f} nats/char; sample:\n{text}\n---")
 

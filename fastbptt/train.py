@@ -30,10 +30,12 @@ from .api import bptt
 from .clip import clip_grads
 from .optim import make_optimizer
 from .params import from_leaves, init_params, leaves
-from .sampling import sample
+from .sampling import sample_ids
 from .text import StreamBatcher, check_position
 
 __all__ = ["TrainOptions", "Trainer", "Diverged", "evaluate", "scored", "OPTION_RANGES"]
+
+SAMPLE_CHUNK = 10_000       # characters a sample draws between two questions to `stop`
 
 
 class Trainer:
@@ -155,14 +157,29 @@ class Trainer:
         self.timing["update"] += time.perf_counter() - between
         return loss / n, n
 
-    def sample(self, chars=200, prime="\n", temperature=0.8, rng=None):
+    def sample(self, chars=200, prime="\n", temperature=0.8, rng=None, stop=None):
         """Text from the current model, drawn with the run's RNG (part of its state), or
-        with ``rng``."""
+        with ``rng``.
+
+        ``stop``: a function asked after every `SAMPLE_CHUNK` characters; when it says
+        True, the sample ends there and None is returned, the RNG moved on past the
+        numbers the rest would have drawn, so that the run goes on as it would have.
+        """
         if not set(prime) <= set(self.codec.chars):
             prime = ""
-        return sample(self.params, self.codec, prime=prime, chars=chars,
-                      temperature=temperature, rng=self.rng if rng is None else rng,
-                      activation=self.options.activation)
+        rng = self.rng if rng is None else rng
+        ids, h, c, parts = self.codec.encode(prime), None, None, []
+        for start in range(0, chars, SAMPLE_CHUNK):
+            if start and stop is not None and stop():
+                for rest in range(start, chars, SAMPLE_CHUNK):   # one number per character
+                    rng.random(min(SAMPLE_CHUNK, chars - rest))
+                return None
+            drawn, h, c = sample_ids(self.params, ids, min(SAMPLE_CHUNK, chars - start),
+                                     temperature=temperature, rng=rng,
+                                     activation=self.options.activation, h0=h, c0=c)
+            ids = ids[:0]
+            parts.append(drawn)
+        return self.codec.decode(np.concatenate(parts) if parts else np.empty(0, np.int64))
 
     def checkpoint(self):
         """The run as a `fastbptt.checkpoint.Checkpoint`, of copies: later steps do not

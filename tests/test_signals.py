@@ -141,6 +141,22 @@ def test_a_signal_ignored_at_the_start_stays_ignored(folder):
     assert checkpoint.load(folder / "nohup.npz").step == step > 0
 
 
+def test_a_signal_cuts_a_long_sample_in_the_loop_short(folder):
+    """A sample of 10^7 characters (minutes) drawn at step 2: SIGINT ends it within a
+    chunk, and the run stops after that step with its checkpoint."""
+    args = ["train", "tiny.txt", *SMALL, "--steps", "10", "--sample-every", "2",
+            "--sample-chars", "10000000", "--checkpoint", "long-sample.npz"]
+    proc = start(args, folder)
+    read_until(proc, "training to step 10")
+    time.sleep(2.0)                                     # into the sample of step 2
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    outcome = finish(proc, args, timeout=60)
+    assert outcome.status == 130 and time.monotonic() - sent < 30, outcome
+    assert "(cut short by SIGINT)" in outcome.out, outcome
+    assert checkpoint.load(folder / "long-sample.npz").step == 2
+
+
 def test_a_stream_of_signals_does_not_cut_the_save_short(folder):
     """SIGTERM, then SIGINT and SIGHUP every millisecond through the save of a 27 MB
     checkpoint until the process ends: it ends with SIGTERM's status and a whole file.

@@ -232,3 +232,25 @@ def test_time_budget_fixes_the_decay_horizon(corpus, tmp_path, capsys, monkeypat
     ck = checkpoint.load(ckpt)
     assert ck.step > 3 and ck.options["horizon"] >= 3
     assert ck.options["threads"] == fastbptt.get_num_threads()
+
+
+@pytest.mark.parametrize("cell", ["elman", "lstm"])
+def test_a_sample_drawn_in_chunks_is_the_sample_drawn_at_once(monkeypatch, cell):
+    monkeypatch.setattr(fastbptt.train, "SAMPLE_CHUNK", 7)
+    a, b = make(TrainOptions(**{**SMALL, "cell": cell})), \
+        make(TrainOptions(**{**SMALL, "cell": cell}))
+    at_once = fastbptt.sample(b.params, b.codec, prime="\n", chars=30, temperature=0.8,
+                              rng=b.rng, activation=b.options.activation)
+    assert a.sample(30) == at_once
+    assert a.rng.bit_generator.state == b.rng.bit_generator.state
+
+
+def test_a_sample_stopped_part_way_moves_the_rng_as_the_whole_would(monkeypatch):
+    """So that a run whose in-loop sample a signal cut short goes on, resumed, as the run
+    that drew it whole."""
+    monkeypatch.setattr(fastbptt.train, "SAMPLE_CHUNK", 7)
+    asked, a, b = [], make(), make()
+    assert a.sample(30, stop=lambda: asked.append(1) or len(asked) == 2) is None
+    assert len(asked) == 2                      # after 7 and 14 characters
+    b.sample(30)
+    assert a.rng.bit_generator.state == b.rng.bit_generator.state
