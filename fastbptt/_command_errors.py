@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 from . import JitDisabledError
 from ._signals import Interrupted, SignalGuard
@@ -74,6 +75,11 @@ def interrupted(prog):
     return 130
 
 
+def _tracebacks():
+    """FASTBPTT_TRACEBACK=1: where an unexpected error came from is shown."""
+    return os.environ.get("FASTBPTT_TRACEBACK", "") not in ("", "0")
+
+
 def run_command(prog, command, args, *, last=False):
     """``command(args)``'s exit status, with every failure reported in one line.
 
@@ -96,10 +102,13 @@ def run_command(prog, command, args, *, last=False):
     except KeyboardInterrupt:                    # a SIGINT outside the guard's reach
         return interrupted(prog)
     except (CommandError, OSError, ValueError, MemoryError, JitDisabledError) as error:
+        if isinstance(error, CommandError) and error.__context__ is not None and \
+                _tracebacks():              # what the run's own line reports on
+            traceback.print_exception(error.__context__, file=sys.stderr)
         _say(prog, describe(error))
         return FAILURE
     except Exception as error:
-        if os.environ.get("FASTBPTT_TRACEBACK", "") not in ("", "0"):
+        if _tracebacks():
             raise
         _say(prog, f"unexpected {type(error).__name__}: {describe(error)} (set "
                    "FASTBPTT_TRACEBACK=1 to see where)")

@@ -152,6 +152,11 @@ def test_a_failed_sample_saves_the_run_and_resume_continues(corpus, tmp_path, ca
                     f"step is saved in {ckpt}, and `fastbptt train --resume --checkpoint "
                     f"{ckpt} --steps 9` continues from it")
     assert checkpoint.load(ckpt).step == 3
+    monkeypatch.setenv("FASTBPTT_TRACEBACK", "1")             # where the error came from
+    assert main(args + ["--steps", "9", "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and "RuntimeError: the sampler broke\n" in err
+    assert err.splitlines()[-1] == line
     monkeypatch.undo()
     assert main(args + ["--steps", "5", "--resume"]) == 0
     assert checkpoint.load(ckpt).step == 5
