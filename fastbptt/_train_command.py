@@ -30,7 +30,7 @@ from ._run_saves import NothingToSave, Schedule, failure, kept, resume_hint, sav
 from ._signals import Interrupted, SignalGuard
 from ._train_options import DEFAULT_CHECKPOINT_EVERY, DEFAULT_TIME
 from .params import from_leaves, leaves
-from .sampling import sample
+from .sampling import sample_chunks
 from .text import Codec, unigram_entropy
 from .train import Trainer, TrainOptions, evaluate, scored
 
@@ -586,8 +586,12 @@ def run_sample(args, *, out=None):
     if unknown:
         raise UsageError(f"--prime holds characters not in the vocabulary of "
                          f"{args.checkpoint}: {''.join(unknown)!r}")
-    text = sample(params, ck.codec, prime=args.prime, chars=args.chars,
-                  temperature=args.temperature, rng=np.random.default_rng(args.seed),
-                  activation=options.activation)
-    print(args.prime + text, file=out)
+    pieces = sample_chunks(params, ck.codec, prime=args.prime, chars=args.chars,
+                           temperature=args.temperature, rng=np.random.default_rng(args.seed),
+                           activation=options.activation)
+    out.write(args.prime)
+    for piece in pieces:                        # shown as it is drawn
+        out.write(piece)
+        out.flush()
+    out.write("\n")
     return 0

@@ -19,7 +19,7 @@ from .reference.cells import CELLS, State
 from .reference.layer import run
 from .text import Codec
 
-__all__ = ["sample", "sample_ids"]
+__all__ = ["sample", "sample_chunks", "sample_ids"]
 
 
 def _probabilities(h, V, c, temperature):
@@ -103,15 +103,7 @@ def _prime(prime_ids, size):
     return ids.astype(np.int64)
 
 
-def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="tanh",
-               h0=None, c0=None):
-    """``n`` ids drawn after the ids ``prime_ids`` (may be empty), and the final states.
-
-    Returns ``(ids, h, c)``: h in h0's layout ((H,) for one Elman layer with its head,
-    (layers, H) for a `Model`), c likewise for an LSTM and None otherwise. Each next id is
-    drawn from softmax(o / temperature) by inverting the cumulative distribution at
-    ``rng.random()``, so the same generator state gives the same ids.
-    """
+def _check_draw(n, temperature, activation, cell):
     if isinstance(temperature, (bool, np.bool_)) or \
             not isinstance(temperature, (int, float, np.integer, np.floating)):
         raise TypeError(f"temperature must be a number; got {type(temperature).__name__}")
@@ -122,12 +114,24 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
     if not isinstance(activation, str) or activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose from "
                          f"{', '.join(ACTIVATIONS)}")
-    rng = generator(rng, "rng")
-    model, stacked = _model(params)
-    if model.cell != "elman" and activation != "tanh":
+    if cell != "elman" and activation != "tanh":
         raise ValueError(f"activation={activation!r} applies to the Elman cell only; the "
-                         f"{model.cell.upper()} cell has its own gates: leave activation "
-                         "at its default")
+                         f"{cell.upper()} cell has its own gates: leave activation at its "
+                         "default")
+
+
+def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="tanh",
+               h0=None, c0=None):
+    """``n`` ids drawn after the ids ``prime_ids`` (may be empty), and the final states.
+
+    Returns ``(ids, h, c)``: h in h0's layout ((H,) for one Elman layer with its head,
+    (layers, H) for a `Model`), c likewise for an LSTM and None otherwise. Each next id is
+    drawn from softmax(o / temperature) by inverting the cumulative distribution at
+    ``rng.random()``, so the same generator state gives the same ids.
+    """
+    model, stacked = _model(params)
+    _check_draw(n, temperature, activation, model.cell)
+    rng = generator(rng, "rng")
     h, c = _start(model, stacked, h0, c0)
     prime_ids = _prime(prime_ids, model.layers[0][0].U.shape[1])
     if prime_ids.size:
@@ -162,6 +166,40 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
 def sample(params, codec, *, prime="", chars=200, temperature=1.0, rng=None,
            activation="tanh"):
     """``chars`` characters continuing ``prime`` (the prime itself is not included)."""
+    return "".join(sample_chunks(params, codec, prime=prime, chars=chars, chunk=CHUNK,
+                                 temperature=temperature, rng=rng, activation=activation))
+
+
+CHUNK = 10_000       # characters `sample` draws in one call of `sample_ids`
+
+
+def sample_chunks(params, codec, *, prime="", chars=200, chunk=CHUNK, temperature=1.0,
+                  rng=None, activation="tanh"):
+    """`sample`'s characters as they are drawn, ``chunk`` at a time (an iterator of
+    strings; the arguments are checked before it is returned): for output that shows as
+    it comes, or a draw that may stop part-way. Together they are the characters `sample`
+    draws, from the same numbers of ``rng`` (one a character)."""
+    if isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer)) \
+            or chunk < 1:
+        raise ValueError(f"chunk must be an int of at least 1; got {chunk!r}")
+    ids = _checked(params, codec, prime)
+    _check_draw(chars, temperature, activation, _model(params)[0].cell)
+    return _chunks(params, codec, ids, chars, chunk, temperature, generator(rng, "rng"),
+                   activation)
+
+
+def _chunks(params, codec, ids, chars, chunk, temperature, rng, activation):
+    h = c = None
+    for start in range(0, chars, chunk):
+        drawn, h, c = sample_ids(params, ids, min(chunk, chars - start),
+                                 temperature=temperature, rng=rng, activation=activation,
+                                 h0=h, c0=c)
+        ids = ids[:0]
+        yield codec.decode(drawn)
+
+
+def _checked(params, codec, prime):
+    """The ids of ``prime``, once ``codec`` is known to be the model's."""
     if not isinstance(prime, str):
         raise TypeError(f"prime must be a str; got {type(prime).__name__}")
     if not isinstance(codec, Codec):
@@ -171,6 +209,4 @@ def sample(params, codec, *, prime="", chars=200, temperature=1.0, rng=None,
     if size != len(codec):
         raise ValueError(f"the model draws from {size} characters, the codec has "
                          f"{len(codec)}: sample with the codec the model was trained with")
-    ids, _, _ = sample_ids(params, codec.encode(prime), chars, temperature=temperature,
-                           rng=rng, activation=activation)
-    return codec.decode(ids)
+    return codec.encode(prime)

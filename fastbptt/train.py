@@ -30,7 +30,7 @@ from .api import bptt
 from .clip import clip_grads
 from .optim import make_optimizer
 from .params import from_leaves, init_params, leaves
-from .sampling import sample_ids
+from .sampling import sample_chunks
 from .text import StreamBatcher, check_position
 
 __all__ = ["TrainOptions", "Trainer", "Diverged", "evaluate", "scored", "OPTION_RANGES"]
@@ -168,18 +168,18 @@ class Trainer:
         if not set(prime) <= set(self.codec.chars):
             prime = ""
         rng = self.rng if rng is None else rng
-        ids, h, c, parts = self.codec.encode(prime), None, None, []
-        for start in range(0, chars, SAMPLE_CHUNK):
-            if start and stop is not None and stop():
-                for rest in range(start, chars, SAMPLE_CHUNK):   # one number per character
+        pieces = sample_chunks(self.params, self.codec, prime=prime, chars=chars,
+                               chunk=SAMPLE_CHUNK, temperature=temperature, rng=rng,
+                               activation=self.options.activation)
+        text = []
+        for drawn, piece in zip(range(SAMPLE_CHUNK, chars + SAMPLE_CHUNK, SAMPLE_CHUNK),
+                                pieces):
+            text.append(piece)
+            if drawn < chars and stop is not None and stop():
+                for rest in range(drawn, chars, SAMPLE_CHUNK):   # one number per character
                     rng.random(min(SAMPLE_CHUNK, chars - rest))
                 return None
-            drawn, h, c = sample_ids(self.params, ids, min(SAMPLE_CHUNK, chars - start),
-                                     temperature=temperature, rng=rng,
-                                     activation=self.options.activation, h0=h, c0=c)
-            ids = ids[:0]
-            parts.append(drawn)
-        return self.codec.decode(np.concatenate(parts) if parts else np.empty(0, np.int64))
+        return "".join(text)
 
     def checkpoint(self):
         """The run as a `fastbptt.checkpoint.Checkpoint`, of copies: later steps do not

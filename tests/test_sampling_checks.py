@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import fastbptt
-from fastbptt.sampling import sample_ids
+from fastbptt.sampling import sample_chunks, sample_ids
 from fastbptt.text import Codec
 
 
@@ -61,3 +61,29 @@ def test_sample_ids_checks_its_states_and_prime():
     ids, h, c = sample_ids(lstm, np.array([1, 2], np.uint8), 3, rng=0,
                            h0=np.zeros((1, 4)), c0=np.ones((1, 4)))
     assert ids.shape == (3,) and h.shape == c.shape == (1, 4)
+
+
+@pytest.mark.parametrize("cell, layers", [("elman", 1), ("lstm", 2), ("gru", 1)])
+def test_a_sample_in_chunks_is_the_sample_drawn_at_once(cell, layers):
+    """The chunks join into the characters of one call of `sample_ids` from the same
+    generator state: each chunk starts from the state the last one reached."""
+    model = fastbptt.init_params(6, 5, 6, cell=cell, num_layers=layers, seed=1)
+    codec = Codec.from_text("abcdef")
+    pieces = list(sample_chunks(model, codec, prime="ab", chars=23, chunk=5,
+                                temperature=0.7, rng=np.random.default_rng(3)))
+    assert [len(p) for p in pieces] == [5, 5, 5, 5, 3]
+    whole, _, _ = sample_ids(model, codec.encode("ab"), 23, temperature=0.7,
+                             rng=np.random.default_rng(3))
+    assert "".join(pieces) == codec.decode(whole)
+    assert fastbptt.sample(model, codec, prime="ab", chars=23, temperature=0.7,
+                           rng=np.random.default_rng(3)) == codec.decode(whole)
+
+
+def test_sample_chunks_checks_its_arguments_before_it_is_iterated():
+    codec, lstm = Codec.from_text("abcde"), fastbptt.init_params(5, 4, 5, cell="lstm", seed=0)
+    for options, error in ((dict(chunk=0), "chunk must be an int of at least 1"),
+                           (dict(chars=-1), "must be an int of at least 0"),
+                           (dict(chars=0, temperature=0.0), "temperature must be positive"),
+                           (dict(chars=0, activation="relu"), "applies to the Elman cell")):
+        with pytest.raises(ValueError, match=error):
+            sample_chunks(lstm, codec, **options)

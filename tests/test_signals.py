@@ -4,6 +4,7 @@ was due: during training (saved), during compilation (nothing to save), during t
 evaluation (already saved), and a stream of signals during the save."""
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -197,6 +198,26 @@ def test_a_stream_of_signals_does_not_cut_the_save_short(folder):
 def test_other_commands_exit_on_a_signal_with_one_line(folder, command, signum, marker):
     interrupt(command, folder, marker, signum,
               f"fastbptt {command[0]}: interrupted by {signum.name}")
+
+
+def test_sample_shows_its_text_as_it_is_drawn_and_stops_when_the_reader_does(folder):
+    """``fastbptt sample ... --chars 100000000 | head -c 10``: the first characters come
+    within seconds (the whole draw takes hours), and closing the pipe ends the command
+    with one line."""
+    proc = start(["sample", "resumable.npz", "--chars", "100000000", "--seed", "0"], folder)
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "no output within 60 s"
+        assert len(proc.stdout.read(10)) == 10
+        proc.stdout.close()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert (proc.returncode, err) == (1, "fastbptt sample: the output was closed before it "
+                                         "was all written (broken pipe)\n")
 
 
 # The first moments of a command, made deterministic: a finder on sys.meta_path raises
