@@ -212,16 +212,20 @@ def _checkpoint_every(text):
     """--checkpoint-every: "500" (steps), "30s" (seconds), "500,30s" (whichever comes
     first) or "0" (none): (steps, seconds), None where not given."""
     steps = seconds = None
-    for part in text.replace(" ", "").split(","):
-        try:
-            if part.lower().endswith("s"):
+    parts = text.replace(" ", "").split(",")
+    try:
+        kinds = ["s" if part.lower().endswith("s") else "n" for part in parts]
+        if len(parts) > 2 or len(set(kinds)) < len(kinds):      # "5,7": which one?
+            raise ValueError
+        for part, kind in zip(parts, kinds):
+            if kind == "s":
                 seconds = Range(0)(part[:-1])
             else:
                 steps = Range(0, integer=True)(part)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"must be N steps (a whole number), Ts seconds, both as N,Ts, or 0 for none; "
-                f"got {text!r}") from None
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be N steps (a whole number), Ts seconds, both as N,Ts, or 0 for none; "
+            f"got {text!r}") from None
     if not steps and not seconds:
         return (None, None)
     return (steps or None, seconds or None)

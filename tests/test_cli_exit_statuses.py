@@ -65,6 +65,11 @@ USAGE = [
     (["train", "tiny.txt", *SMALL, "--checkpoint-every", "3,xs"],
      "argument --checkpoint-every: must be N steps (a whole number), Ts seconds, both as "
      "N,Ts, or 0 for none; got '3,xs'"),
+    (["train", "tiny.txt", *SMALL, "--checkpoint-every", "5,7"],       # which one?
+     "argument --checkpoint-every: must be N steps (a whole number), Ts seconds, both as "
+     "N,Ts, or 0 for none; got '5,7'"),
+    (["train", "tiny.txt", *SMALL, "--checkpoint-every", "5,10s,20"],
+     "argument --checkpoint-every: must be N steps"),
     (["train", "tiny.txt", *SMALL, "--lr", "nan"], "argument --lr: must be a finite number"),
     (["train", "tiny.txt", *SMALL, "--lr", "1e39"],
      "--lr 1e+39 is beyond the range of --dtype float32"),
