@@ -52,9 +52,9 @@ def _bits(nats):
 def _warm_up(trainer, args, val_ids):
     """Compile (or load from Numba's cache) what the loop calls, before its clock starts:
     the steps' kernels at each of their shapes (`CursorBlock.warm_up`), the optimizer's
-    update and, where the loop
-    samples, the validation estimate and the sampler. The update runs on copies, and the
-    sampler with an RNG of its own: the run's state is untouched."""
+    update and, where the loop samples, the validation estimate and the sampler. The
+    update runs on copies, and the sampler with an RNG of its own: the run's state is
+    untouched."""
     trainer.blocks.warm_up()
     arrays = leaves(trainer.params)
     copy.deepcopy(trainer.optimizer).step(
