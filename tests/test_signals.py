@@ -127,9 +127,11 @@ def test_a_signal_ignored_at_the_start_stays_ignored(folder):
     SIGHUP, and SIGINT still stops it with the checkpoint saved."""
     args = ["train", "tiny.txt", *SMALL, "--time", "60", "--sample-every", "0",
             "--checkpoint", "nohup.npz"]
-    proc = subprocess.Popen([sys.executable, "-m", "fastbptt", *args], cwd=folder, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)    # as nohup: the child inherits
+    try:                                                     # it (a preexec_fn would fork
+        proc = start(args, folder)                           # with JAX's threads loaded)
+    finally:
+        signal.signal(signal.SIGHUP, before)
     read_until(proc, "training for 60 s")
     time.sleep(0.3)
     proc.send_signal(signal.SIGHUP)
