@@ -24,6 +24,7 @@ __all__ = ["Interrupted", "SignalGuard", "SIGNALS"]
 
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
                 if hasattr(signal, name))
+_IGNORED = set()        # signals a guard's ``ignore_after`` left ignored: not the caller's
 
 
 class Interrupted(BaseException):
@@ -90,7 +91,7 @@ class SignalGuard:
     def __enter__(self):
         with self.deferred():           # all handlers in place before one may raise
             for signum in SIGNALS:
-                if signal.getsignal(signum) is signal.SIG_IGN:
+                if signal.getsignal(signum) is signal.SIG_IGN and signum not in _IGNORED:
                     continue            # the caller's choice (nohup, a background job)
                 try:
                     self._old[signum] = old = signal.signal(signum, self._handle)
@@ -117,6 +118,10 @@ class SignalGuard:
         while self._old:
             signum, old = next(iter(self._old.items()))
             signal.signal(signum, signal.SIG_IGN if self.ignore_after else old)
+            if self.ignore_after:
+                _IGNORED.add(signum)
+            elif old is not signal.SIG_IGN:
+                _IGNORED.discard(signum)
             del self._old[signum]
 
     def __exit__(self, *exc):

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 
 import numpy as np
 import pytest
@@ -144,6 +143,32 @@ def test_a_signal_ignored_at_the_start_stays_ignored(folder):
     assert checkpoint.load(folder / "nohup.npz").step == step > 0
 
 
+SECOND_COMMAND = """
+import os, signal, sys
+from fastbptt import cli
+from fastbptt._command_errors import run_command
+
+sys.argv = ["fastbptt", "sample", "missing.npz"]
+first = cli.main()                  # the program's way: the signals are ignored after it
+
+
+def command(args):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return 0
+
+
+print(first, run_command("fastbptt train", command, None))
+"""
+
+
+def test_a_second_command_in_the_process_still_takes_the_signals(tmp_path):
+    """Signals the first command's guard left ignored are not the caller's choice: the
+    guard of a later command in the same process takes them again."""
+    done = subprocess.run([sys.executable, "-c", SECOND_COMMAND], cwd=tmp_path, env=env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["1", "143"], done
+
+
 def test_a_signal_cuts_a_long_sample_in_the_loop_short(folder):
     """A sample of 10^7 characters (minutes) drawn at step 2: SIGINT ends it within a
     chunk, and the run stops after that step with its checkpoint."""
@@ -262,6 +287,8 @@ def test_ctrl_c_while_the_command_imports_the_engine_says_one_line(folder, entry
 
 
 def test_the_console_script_is_the_entry_tested_here():
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python "
+                                                    "3.11's tomllib")
     with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "pyproject.toml"), "rb") as f:
         scripts = tomllib.load(f)["project"]["scripts"]
