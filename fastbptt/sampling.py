@@ -134,20 +134,35 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
     rng = generator(rng, "rng")
     h, c = _start(model, stacked, h0, c0)
     prime_ids = _prime(prime_ids, model.layers[0][0].U.shape[1])
+    states = _primed(model, prime_ids, activation, h, c)
+    out_ids = _draw(model, states, n, temperature, rng, activation, len(prime_ids), 0)
+    h = np.stack([s.h for s in states])
+    c = None if c is None else np.stack([s.c for s in states])
+    return out_ids, (h if stacked else h[0]), (c if stacked or c is None else c[0])
+
+
+def _primed(model, prime_ids, activation, h, c):
+    """The layers' `State`s after reading ``prime_ids`` from h, c ((layers, H) each)."""
     if prime_ids.size:
         out = layer.forward(prime_ids, Model(model.layers), activation=activation, h0=h,
                             c0=c)
         h, c = out.h_final, out.c_final
+    return [State(h[l], None if c is None else c[l]) for l in range(model.num_layers)]
+
+
+def _draw(model, states, n, temperature, rng, activation, primed, before):
+    """``n`` ids drawn from the layers' ``states``, which it moves on past them; ``primed``
+    and ``before``: the prime's ids and those drawn before these, for the message of an
+    overflow."""
     cell, code = CELLS[model.cell], ACTIVATIONS[activation]
-    states = [State(h[l], None if c is None else c[l]) for l in range(model.num_layers)]
     one_hot = np.zeros(model.layers[0][0].U.shape[1], model.V.dtype)
     out_ids = np.empty(n, np.int64)
     C = model.V.shape[0]
     for i in range(n):
         probs = _probabilities(states[-1].h, model.V, model.c, temperature)
         if probs is None:
-            raise ValueError(f"the model's state overflowed after {len(prime_ids)} prime and "
-                             f"{i} drawn ids (an output is NaN or inf): it has no "
+            raise ValueError(f"the model's state overflowed after {primed} prime and "
+                             f"{before + i} drawn ids (an output is NaN or inf): it has no "
                              "distribution to draw from")
         k = int(np.searchsorted(np.cumsum(probs), rng.random() * probs.sum(), side="right"))
         out_ids[i] = k = min(k, C - 1)
@@ -158,9 +173,7 @@ def sample_ids(params, prime_ids, n, *, temperature=1.0, rng=None, activation="t
             for l, (weights,) in enumerate(model.layers):
                 states[l] = run(weights, cell, code, [x], states[l]).final
                 x = states[l].h
-    h = np.stack([s.h for s in states])
-    c = None if c is None else np.stack([s.c for s in states])
-    return out_ids, (h if stacked else h[0]), (c if stacked or c is None else c[0])
+    return out_ids
 
 
 def sample(params, codec, *, prime="", chars=200, temperature=1.0, rng=None,
@@ -189,13 +202,12 @@ def sample_chunks(params, codec, *, prime="", chars=200, chunk=CHUNK, temperatur
 
 
 def _chunks(params, codec, ids, chars, chunk, temperature, rng, activation):
-    h = c = None
+    model, stacked = _model(params)
+    ids = _prime(ids, model.layers[0][0].U.shape[1])
+    states = _primed(model, ids, activation, *_start(model, stacked, None, None))
     for start in range(0, chars, chunk):
-        drawn, h, c = sample_ids(params, ids, min(chunk, chars - start),
-                                 temperature=temperature, rng=rng, activation=activation,
-                                 h0=h, c0=c)
-        ids = ids[:0]
-        yield codec.decode(drawn)
+        yield codec.decode(_draw(model, states, min(chunk, chars - start), temperature, rng,
+                                 activation, len(ids), start))
 
 
 def _checked(params, codec, prime):

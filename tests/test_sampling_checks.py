@@ -87,3 +87,16 @@ def test_sample_chunks_checks_its_arguments_before_it_is_iterated():
                            (dict(chars=0, activation="relu"), "applies to the Elman cell")):
         with pytest.raises(ValueError, match=error):
             sample_chunks(lstm, codec, **options)
+
+
+@pytest.mark.parametrize("chunk", [5, 7, 1000])
+@pytest.mark.parametrize("prime", ["", "ab"])
+def test_an_overflow_in_a_later_chunk_is_counted_from_the_start(chunk, prime):
+    codec = Codec.from_text("abcde")
+    with pytest.raises(ValueError) as whole:
+        sample_ids(_blowing_up(), codec.encode(prime), 400, activation="relu", rng=0)
+    with pytest.raises(ValueError) as chunked:
+        list(sample_chunks(_blowing_up(), codec, prime=prime, chars=400, chunk=chunk,
+                           activation="relu", rng=0))
+    assert str(chunked.value) == str(whole.value)
+    assert f"after {len(prime)} prime and " in str(whole.value)
