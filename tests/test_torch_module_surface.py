@@ -89,10 +89,11 @@ def test_positional_arguments_are_read_as_torch_reads_them(name, args):
     assert list(bridge.state_dict()) == list(native.state_dict())
 
 
+@pytest.mark.parametrize("ids", [False, True], ids=["floats", "token-ids"])
 @pytest.mark.parametrize("name", CELLS.values())
-def test_torch_func_transforms_are_refused_in_a_sentence(name):
+def test_torch_func_transforms_are_refused_in_a_sentence(name, ids):
     bridge = getattr(ft, name)(3, 4, dtype=torch.float64)
-    x = torch.randn(2, 5, 3, dtype=torch.float64)
+    x = torch.randint(0, 3, (2, 5)) if ids else torch.randn(2, 5, 3, dtype=torch.float64)
     refused = f"fastbptt.torch.{name} cannot run under the torch.func transforms"
     frozen = copy.deepcopy(bridge).requires_grad_(False)
     with pytest.raises(TypeError, match=refused):

@@ -161,12 +161,11 @@ def _untraced():
 _NAMES = {"elman": "RNN", "gru": "GRU", "lstm": "LSTM"}
 
 
-def _refuse_transforms(cfg, tensors):
+def refuse_transforms(name, tensors):
     """TypeError where a ``torch.func`` transform (``vmap``, ``grad``, ``jvp``, ...) wraps
     a tensor: fastbptt reads tensors' memory through NumPy, which such a tensor has not."""
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor
     if any(t is not None and wrapped(t) for t in tensors):
-        name = _NAMES[cfg.cell]
         raise TypeError(f"fastbptt.torch.{name} cannot run under the torch.func transforms "
                         f"(vmap, grad, jvp, ...): its kernels read the tensors' memory through "
                         f"NumPy. Call the module as it is (a batch for vmap, backward for "
@@ -176,7 +175,7 @@ def _refuse_transforms(cfg, tensors):
 def _run(cfg, x, h0, c0, weights):
     """`run` itself."""
     tensors = (x, h0, c0, *weights)
-    _refuse_transforms(cfg, tensors)
+    refuse_transforms(_NAMES[cfg.cell], tensors)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
         return _Layers.apply(cfg, x, h0, c0, *weights)
     out = _layer.forward(x.numpy(), _model(cfg, weights), **_options(cfg, h0, c0))

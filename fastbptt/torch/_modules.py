@@ -25,7 +25,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from .._bridge_options import check_truncation
 from .._kernels.checks import id_range
-from ._function import Config, run
+from ._function import Config, refuse_transforms, run
 
 FLOATS = (torch.float32, torch.float64)
 
@@ -107,6 +107,12 @@ def _check_types(input, hx, lstm):
             raise TypeError(f"{what} must be a tensor; got {type(t).__name__}")
 
 
+def _tensors(input, hx, lstm):
+    """The input's tensor (a PackedSequence's data) and hx's tensors, in that order."""
+    states = () if hx is None else (tuple(hx) if lstm else (hx,))
+    return (input.data if isinstance(input, PackedSequence) else input, *states)
+
+
 def _check_kind(input):
     """TypeError for input that is neither floats nor integer token ids."""
     if input.dtype == torch.bool or input.is_complex():
@@ -170,11 +176,12 @@ class _Bridge:
         _check_truncation(self)
         lstm = self._cell == "lstm"
         _check_types(input, hx, lstm)
+        refuse_transforms(type(self).__name__,
+                          (*_tensors(input, hx, lstm), *self._flat_weights))
         if torch.is_autocast_enabled("cpu"):
             input, hx = _autocast(self, input, hx)
-        states = () if hx is None else (tuple(hx) if lstm else (hx,))
-        _check_tensors(self, (input.data if isinstance(input, PackedSequence) else input,
-                              *states))
+        _check_tensors(self, _tensors(input, hx, lstm))
+        states = _tensors(input, hx, lstm)[1:]
         if isinstance(input, PackedSequence):
             data, batch_sizes, sorted_indices, unsorted_indices = input
             if hx is not None:
