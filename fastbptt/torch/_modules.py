@@ -81,6 +81,7 @@ def _check_ids(module, ids, where="input"):
     """ValueError naming the first token id outside [0, input_size), at its index in the
     caller's tensor."""
     n = module.input_size
+    refuse_transforms(type(module).__name__, (ids,))    # before .numpy() fails on them
     values = ids.detach().numpy()
     if not values.size:
         return
@@ -105,12 +106,6 @@ def _check_types(input, hx, lstm):
     for what, t in zip(("h_0", "c_0"), hx) if lstm else (("hx", hx),):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{what} must be a tensor; got {type(t).__name__}")
-
-
-def _tensors(input, hx, lstm):
-    """The input's tensor (a PackedSequence's data) and hx's tensors, in that order."""
-    states = () if hx is None else (tuple(hx) if lstm else (hx,))
-    return (input.data if isinstance(input, PackedSequence) else input, *states)
 
 
 def _check_kind(input):
@@ -176,12 +171,11 @@ class _Bridge:
         _check_truncation(self)
         lstm = self._cell == "lstm"
         _check_types(input, hx, lstm)
-        refuse_transforms(type(self).__name__,
-                          (*_tensors(input, hx, lstm), *self._flat_weights))
         if torch.is_autocast_enabled("cpu"):
             input, hx = _autocast(self, input, hx)
-        _check_tensors(self, _tensors(input, hx, lstm))
-        states = _tensors(input, hx, lstm)[1:]
+        states = () if hx is None else (tuple(hx) if lstm else (hx,))
+        _check_tensors(self, (input.data if isinstance(input, PackedSequence) else input,
+                              *states))
         if isinstance(input, PackedSequence):
             data, batch_sizes, sorted_indices, unsorted_indices = input
             if hx is not None:
