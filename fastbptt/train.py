@@ -30,12 +30,12 @@ from .api import bptt
 from .clip import clip_grads
 from .optim import make_optimizer
 from .params import from_leaves, init_params, leaves
-from .sampling import sample_chunks
+from .sampling import CHUNK, sample_chunks
 from .text import StreamBatcher, check_position
 
 __all__ = ["TrainOptions", "Trainer", "Diverged", "evaluate", "scored", "OPTION_RANGES"]
 
-SAMPLE_CHUNK = 10_000       # characters a sample draws between two questions to `stop`
+SAMPLE_CHUNK = CHUNK        # characters a sample draws between two questions to `stop`
 
 
 class Trainer:
@@ -92,9 +92,8 @@ class Trainer:
             # say that the checkpoint is at fault)
             segment = (len(self.train_ids) - 1) // options.batch
             pos, _ = check_position(resume.batcher, segment)
-            wanted = ("hidden", "cell_state") if options.cell == "lstm" else ("hidden",)
-            missing = [k for k, a in zip(("hidden", "cell_state"), states) if k in wanted
-                       and a is None]
+            needed = (("hidden", states[0]), ("cell_state", states[1]))
+            missing = [k for k, a in needed[:2 if options.cell == "lstm" else 1] if a is None]
             if missing and 0 < pos < segment:
                 raise ValueError(f"the checkpoint has no {' or '.join(map(repr, missing))} "
                                  f"entry, the state its cursors carry {pos:,} steps into "
