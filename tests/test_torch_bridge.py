@@ -442,6 +442,30 @@ def test_torch_compile_runs_it_between_graphs(cell):
     assert all(relative(g.grad, w.grad) < TOLERANCE for g, w in zip(got, want))
 
 
+@pytest.mark.parametrize("ids", [True, False], ids=["ids", "float"])
+@pytest.mark.parametrize("packed", [False, True], ids=["tensor", "packed"])
+def test_torch_compile_takes_token_ids_and_packed_sequences(ids, packed):
+    """What reads tensors through NumPy runs between the graphs: the ids' range check
+    (Dynamo warned that it could not trace functorch's wrapped-tensor test) and the whole
+    of a PackedSequence's path (tracing its packing, Dynamo read a non-leaf's .grad)."""
+    native, bridge = modules("lstm", input_size=6, hidden_size=4)
+    tokens = torch.randint(0, 6, (5, 2), generator=torch.Generator().manual_seed(0))
+    one_hot = F.one_hot(tokens, 6).double()
+    x = tokens if ids else one_hot
+    if packed:
+        x, one_hot = (pack_padded_sequence(v, [5, 3]) for v in (x, one_hot))
+    compiled = torch.compile(bridge, backend="eager")
+    for module, inputs in ((native, one_hot), (compiled, x)):
+        out, (h, c) = module(inputs)
+        ((out.data if packed else out).square().sum() + h.sum() + c.sum()).backward()
+    want, got = leaves(native.parameters()), leaves(bridge.parameters())
+    assert all(relative(g.grad, w.grad) < TOLERANCE for g, w in zip(got, want))
+    if ids:
+        bad = torch.full((5, 2), 6)
+        with pytest.raises(ValueError, match="token ids must lie in"):
+            compiled(pack_padded_sequence(bad, [5, 3]) if packed else bad)
+
+
 @pytest.mark.parametrize("cell", CELLS)
 def test_autocast_computes_in_the_weights_dtype(cell):
     name = CELLS[cell]

@@ -142,20 +142,22 @@ def run(cfg, x, h0, c0, weights):
     """(output, h_n, c_n) of one call; see the module's docstring. Traced by
     ``torch.compile``, it runs as it is, between the graphs compiled (Dynamo cannot trace
     into Numba)."""
-    if torch.compiler.is_compiling():
-        return _untraced()(cfg, x, h0, c0, weights)
-    return _run(cfg, x, h0, c0, weights)
+    return untraced(_run)(cfg, x, h0, c0, weights)
 
 
-_UNTRACED = []
+_UNTRACED = {}
 
 
-def _untraced():
-    """`_run` behind ``torch.compiler.disable``, made when first needed: that imports
-    Dynamo, a second that a program which does not compile need not spend."""
-    if not _UNTRACED:
-        _UNTRACED.append(torch.compiler.disable(_run))
-    return _UNTRACED[0]
+def untraced(fn):
+    """``fn``, or, while ``torch.compile`` traces, ``fn`` behind ``torch.compiler.disable``
+    (made when first needed: that imports Dynamo, a second that a program which does not
+    compile need not spend). For what reads tensors through NumPy, which Dynamo cannot
+    trace."""
+    if not torch.compiler.is_compiling():
+        return fn
+    if fn not in _UNTRACED:
+        _UNTRACED[fn] = torch.compiler.disable(fn)
+    return _UNTRACED[fn]
 
 
 _NAMES = {"elman": "RNN", "gru": "GRU", "lstm": "LSTM"}
