@@ -442,24 +442,33 @@ def test_torch_compile_runs_it_between_graphs(cell):
     assert all(relative(g.grad, w.grad) < TOLERANCE for g, w in zip(got, want))
 
 
+@pytest.mark.parametrize("hx", [False, True], ids=["no-hx", "hx"])
 @pytest.mark.parametrize("ids", [True, False], ids=["ids", "float"])
 @pytest.mark.parametrize("packed", [False, True], ids=["tensor", "packed"])
-def test_torch_compile_takes_token_ids_and_packed_sequences(ids, packed):
-    """What reads tensors through NumPy runs between the graphs: the ids' range check
-    (Dynamo warned that it could not trace functorch's wrapped-tensor test) and the whole
-    of a PackedSequence's path (tracing its packing, Dynamo read a non-leaf's .grad)."""
+def test_torch_compile_takes_every_input(ids, packed, hx):
+    """The forward pass runs whole between the graphs. Traced in part, it failed under
+    warnings as errors: Dynamo could not trace the ids' range check (functorch's
+    wrapped-tensor test), and the frames it resumed after the kernels read ``.grad`` of
+    the non-leaf tensors they held (a given hx, a PackedSequence's output)."""
     native, bridge = modules("lstm", input_size=6, hidden_size=4)
     tokens = torch.randint(0, 6, (5, 2), generator=torch.Generator().manual_seed(0))
     one_hot = F.one_hot(tokens, 6).double()
     x = tokens if ids else one_hot
     if packed:
         x, one_hot = (pack_padded_sequence(v, [5, 3]) for v in (x, one_hot))
+    states = [torch.randn(1, 2, 4, dtype=torch.float64, requires_grad=True)
+              for _ in range(2)] if hx else []
     compiled = torch.compile(bridge, backend="eager")
+    grads = []
     for module, inputs in ((native, one_hot), (compiled, x)):
-        out, (h, c) = module(inputs)
+        out, (h, c) = module(inputs, tuple(states) if hx else None)
         ((out.data if packed else out).square().sum() + h.sum() + c.sum()).backward()
+        grads.append([s.grad.clone() for s in states])
+        for s in states:
+            s.grad = None
     want, got = leaves(native.parameters()), leaves(bridge.parameters())
     assert all(relative(g.grad, w.grad) < TOLERANCE for g, w in zip(got, want))
+    assert all(relative(g, w) < TOLERANCE for g, w in zip(*grads[::-1]))
     if ids:
         bad = torch.full((5, 2), 6)
         with pytest.raises(ValueError, match="token ids must lie in"):

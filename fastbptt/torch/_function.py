@@ -138,28 +138,6 @@ class _Layers(torch.autograd.Function):
         return (None, _tensor(r.dx), dh0, dc0, *_weight_grads(cfg, r.grads))
 
 
-def run(cfg, x, h0, c0, weights):
-    """(output, h_n, c_n) of one call; see the module's docstring. Traced by
-    ``torch.compile``, it runs as it is, between the graphs compiled (Dynamo cannot trace
-    into Numba)."""
-    return untraced(_run)(cfg, x, h0, c0, weights)
-
-
-_UNTRACED = {}
-
-
-def untraced(fn):
-    """``fn``, or, while ``torch.compile`` traces, ``fn`` behind ``torch.compiler.disable``
-    (made when first needed: that imports Dynamo, a second that a program which does not
-    compile need not spend). For what reads tensors through NumPy, which Dynamo cannot
-    trace."""
-    if not torch.compiler.is_compiling():
-        return fn
-    if fn not in _UNTRACED:
-        _UNTRACED[fn] = torch.compiler.disable(fn)
-    return _UNTRACED[fn]
-
-
 _NAMES = {"elman": "RNN", "gru": "GRU", "lstm": "LSTM"}
 
 
@@ -174,8 +152,8 @@ def refuse_transforms(name, tensors):
                         f"grad), or use torch.nn.{name}")
 
 
-def _run(cfg, x, h0, c0, weights):
-    """`run` itself."""
+def run(cfg, x, h0, c0, weights):
+    """(output, h_n, c_n) of one call; see the module's docstring."""
     tensors = (x, h0, c0, *weights)
     refuse_transforms(_NAMES[cfg.cell], tensors)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):

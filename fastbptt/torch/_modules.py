@@ -25,7 +25,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from .._bridge_options import check_truncation
 from .._kernels.checks import id_range
-from ._function import Config, refuse_transforms, run, untraced
+from ._function import Config, refuse_transforms, run
 
 FLOATS = (torch.float32, torch.float64)
 
@@ -77,14 +77,24 @@ def _autocast(module, input, hx):
     return input, hx
 
 
+_UNTRACED = {}
+
+
+def _untraced(fn):
+    """``fn``, or, while ``torch.compile`` traces, ``fn`` behind ``torch.compiler.disable``
+    (made when first needed: that imports Dynamo, a second that a program which does not
+    compile need not spend). Dynamo cannot trace into Numba, and the frames it resumes
+    after such a break read ``.grad`` of the non-leaf tensors they hold, a warning."""
+    if not torch.compiler.is_compiling():
+        return fn
+    if fn not in _UNTRACED:
+        _UNTRACED[fn] = torch.compiler.disable(fn)
+    return _UNTRACED[fn]
+
+
 def _check_ids(module, ids, where="input"):
     """ValueError naming the first token id outside [0, input_size), at its index in the
     caller's tensor."""
-    untraced(_ids_in_range)(module, ids, where)
-
-
-def _ids_in_range(module, ids, where):
-    """`_check_ids` itself: it reads the ids through NumPy."""
     n = module.input_size
     refuse_transforms(type(module).__name__, (ids,))    # before .numpy() fails on them
     values = ids.detach().numpy()
@@ -157,22 +167,6 @@ class _Bridge:
             s += f", stride={self.stride}" if self.stride != 1 else ""
         return s
 
-    def _packed(self, input, hx):
-        """`forward` of a ``PackedSequence``, checked but for the ids' range. Under
-        ``torch.compile`` it runs whole between the graphs: tracing the packing of the
-        layers' output made Dynamo read ``.grad`` of a non-leaf tensor, a warning."""
-        data, batch_sizes, sorted_indices, unsorted_indices = input
-        if hx is not None:
-            hx = self.permute_hidden(hx, sorted_indices)
-        self._check_args(data, hx, batch_sizes)
-        if not data.is_floating_point():
-            _check_ids(self, data, "input.data")
-        padding = _Padding(batch_sizes)
-        out, hidden = self._layers(padding.pad(data), hx, padding)
-        output = PackedSequence(padding.pack(out), batch_sizes, sorted_indices,
-                                unsorted_indices)
-        return output, self.permute_hidden(hidden, unsorted_indices)
-
     def __prepare_scriptable__(self):
         name = type(self).__name__
         raise TypeError(f"fastbptt.torch.{name} cannot be compiled by torch.jit.script: its "
@@ -181,7 +175,12 @@ class _Bridge:
                         f"compiles); torch.nn.{name} scripts")
 
     def forward(self, input, hx=None):
-        """PyTorch's ``forward``; see ``torch.nn.RNN``, ``GRU``, ``LSTM``."""
+        """PyTorch's ``forward``; see ``torch.nn.RNN``, ``GRU``, ``LSTM``. Under
+        ``torch.compile`` it runs whole between the graphs compiled."""
+        return _untraced(_Bridge._forward)(self, input, hx)
+
+    def _forward(self, input, hx):
+        """`forward` itself."""
         if torch.jit.is_tracing():
             name = type(self).__name__
             raise TypeError(f"fastbptt.torch.{name} cannot be traced by torch.jit.trace: its "
@@ -198,7 +197,17 @@ class _Bridge:
         _check_tensors(self, (input.data if isinstance(input, PackedSequence) else input,
                               *states))
         if isinstance(input, PackedSequence):
-            return untraced(_Bridge._packed)(self, input, hx)
+            data, batch_sizes, sorted_indices, unsorted_indices = input
+            if hx is not None:
+                hx = self.permute_hidden(hx, sorted_indices)
+            self._check_args(data, hx, batch_sizes)
+            if not data.is_floating_point():
+                _check_ids(self, data, "input.data")
+            padding = _Padding(batch_sizes)
+            out, hidden = self._layers(padding.pad(data), hx, padding)
+            output = PackedSequence(padding.pack(out), batch_sizes, sorted_indices,
+                                    unsorted_indices)
+            return output, self.permute_hidden(hidden, unsorted_indices)
         _check_kind(input)
         features = int(input.is_floating_point())          # token ids have no feature axis
         if input.dim() not in (1 + features, 2 + features):
