@@ -460,8 +460,19 @@ def _steady_malloc(argv):
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execve(sys.executable, [sys.executable, *subprocess._args_from_interpreter_flags(),
+        os.execve(sys.executable, [sys.executable, *_interpreter_flags(subprocess),
                                    "-c", _AGAIN.format(root=root), *argv], environ)
+
+
+def _interpreter_flags(subprocess):
+    """The interpreter's flags as ``subprocess`` gives them to a child, and every other
+    ``-X`` option (``int_max_str_digits``, ``pycache_prefix``, ...), which it leaves out."""
+    flags = subprocess._args_from_interpreter_flags()
+    given = {flags[i + 1].split("=")[0] for i, flag in enumerate(flags[:-1]) if flag == "-X"}
+    for name, value in sys._xoptions.items():
+        if name not in given and name != "dev":         # -X dev: in the flags as dev_mode
+            flags += ["-X", name if value is True else f"{name}={value}"]
+    return flags
 
 
 def main(argv=None):

@@ -53,6 +53,22 @@ def test_the_program_re_executes_once_with_them(monkeypatch):
 
 
 @glibc
+def test_the_program_re_executes_with_every_x_option(monkeypatch):
+    calls = []
+    monkeypatch.setattr(cli.os, "execve", lambda *args: calls.append(args))
+    monkeypatch.setattr(cli, "run_command", lambda *a, **k: 0)
+    for name in allocator.VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(cli.sys, "argv", ["fastbptt", "bench"])
+    monkeypatch.setattr(cli.sys, "_xoptions", {"int_max_str_digits": "9000",
+                                               "faulthandler": True, "no_debug_ranges": True})
+    cli.main()
+    (executable, argv, env), = calls
+    options = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-X"]
+    assert sorted(options) == ["faulthandler", "int_max_str_digits=9000", "no_debug_ranges"]
+
+
+@glibc
 def test_the_program_runs_again_from_its_own_package(tmp_path):
     """A fastbptt folder in the current directory does not take over the re-executed
     bench (``-m fastbptt`` would import it)."""
