@@ -38,32 +38,31 @@ def test_an_in_process_call_never_re_executes(monkeypatch):
     assert cli.main(["bench", "--workloads", "W2", "--no-peers"]) == 0
 
 
-@glibc
-def test_the_program_re_executes_once_with_them(monkeypatch):
+def _re_executed(monkeypatch, program):
+    """(argv, environment) with which the program ``program`` re-executes itself."""
     calls = []
     monkeypatch.setattr(cli.os, "execve", lambda *args: calls.append(args))
     monkeypatch.setattr(cli, "run_command", lambda *a, **k: 0)
     for name in allocator.VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(cli.sys, "argv", ["fastbptt", "bench", "--workloads", "W2"])
+    monkeypatch.setattr(cli.sys, "argv", program)
     cli.main()
     (executable, argv, env), = calls
+    return argv, env
+
+
+@glibc
+def test_the_program_re_executes_once_with_them(monkeypatch):
+    argv, env = _re_executed(monkeypatch, ["fastbptt", "bench", "--workloads", "W2"])
     assert argv[-5] == "-c" and argv[-3:] == ["bench", "--workloads", "W2"]
     assert all(env[name] == value for name, value in allocator.VARIABLES.items())
 
 
 @glibc
 def test_the_program_re_executes_with_every_x_option(monkeypatch):
-    calls = []
-    monkeypatch.setattr(cli.os, "execve", lambda *args: calls.append(args))
-    monkeypatch.setattr(cli, "run_command", lambda *a, **k: 0)
-    for name in allocator.VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(cli.sys, "argv", ["fastbptt", "bench"])
     monkeypatch.setattr(cli.sys, "_xoptions", {"int_max_str_digits": "9000",
                                                "faulthandler": True, "no_debug_ranges": True})
-    cli.main()
-    (executable, argv, env), = calls
+    argv, env = _re_executed(monkeypatch, ["fastbptt", "bench"])
     options = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "-X"]
     assert sorted(options) == ["faulthandler", "int_max_str_digits=9000", "no_debug_ranges"]
 
