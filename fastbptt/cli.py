@@ -504,8 +504,10 @@ def main(argv=None):
         args, unknown = parser.parse_known_args(argv)
     except KeyboardInterrupt:
         return interrupted("fastbptt")
-    if unknown:                                 # said by the command's parser, not the top's
-        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    if unknown:         # text files among the options (`train a.txt --hidden 64 b.txt`), or
+        command = parser.commands[args.command]     # a mistake, which its parser words
+        args = command.parse_intermixed_args(argv[1:],
+                                             argparse.Namespace(command=args.command))
     if last and args.command == "bench":
         _steady_malloc(argv)
     return run_command(f"fastbptt {args.command}", args.run, args, last=last)

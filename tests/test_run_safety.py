@@ -234,6 +234,22 @@ def test_a_moved_project_resumes_by_content(tmp_path, capsys):
     assert "cannot find the text" in stderr_line(capsys)
 
 
+def test_text_files_may_stand_among_the_options(tmp_path, capsys):
+    for name in ("a.txt", "b.txt"):
+        write_corpus(tmp_path, name)
+    ckpt = tmp_path / "run.npz"
+    assert main(["train", *SMALL, str(tmp_path / "a.txt"), "--steps", "1", "--checkpoint",
+                 str(ckpt), str(tmp_path / "b.txt"), "--sample-every", "0"]) == 0
+    assert "corpus: a.txt, b.txt" in capsys.readouterr().out
+    files = [str(tmp_path / name) for name in ("a.txt", "b.txt")]
+    assert checkpoint.load(ckpt).options["files"] == files
+    with pytest.raises(SystemExit) as stop:
+        main(["train", *SMALL, str(tmp_path / "a.txt"), "--bogus", "1"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err == ("fastbptt train: unrecognized arguments: --bogus 1; see "
+                                       "`fastbptt train -h`\n")
+
+
 def test_a_new_run_replaces_an_earlier_checkpoint_only_when_told(corpus, tmp_path, capsys):
     ckpt = tmp_path / "run.npz"
     assert main(train(corpus, ckpt, "--steps", "3")) == 0
