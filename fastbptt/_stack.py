@@ -234,7 +234,7 @@ class Forward:
     """
 
     __slots__ = ("problem", "plan", "dirs", "h_final", "c_final", "idx", "store", "H",
-                 "tag", "hid", "no_bh", "no_c_final", "no_dh0", "no_dc", "_shapes", "_views")
+                 "tag", "no_bh", "no_c_final", "no_dh0", "no_dc", "_shapes", "_views")
 
     def __init__(self, problem, plan, store):
         self.problem, self.plan = problem, plan
@@ -705,16 +705,16 @@ def _forward_for(p, plan, store):
                                      dtype)
             row.append(direction)
         fw.dirs.append(row)
-    # scratch of every call of this shape (empty where the cell or layout has no use for it)
-    fw.hid = fw.scratch("hid", ((B, NG if gru else 0) if plan.narrow else
-                                (GH if gru else 0, B)), dtype)
-    fw.no_bh = fw.scratch("no bh", (0,), dtype)
-    fw.no_c_final = fw.scratch("no c_final", (len(p.model.layers) * D, B, 0), dtype)
-    fw.no_dh0 = fw.scratch("no dh0", (0, H), dtype)
-    fw.no_dc = fw.scratch("no dc", (0, H), dtype)
+    # empty arrays that stand for what the cell or the call has not (never workspace
+    # views: a fresh Forward, a `back`'s, would pin its thread's scratch with them)
+    fw.no_bh = np.empty((0,), dtype)
+    fw.no_c_final = np.empty((len(p.model.layers) * D, B, 0), dtype)
+    fw.no_dh0 = fw.no_dc = np.empty((0, H), dtype)
     dUT = (p.sizes[0], NG) if plan.back_tm else (0, 0)
     fw._shapes.update(X=((B, N) if plan.back_tm else (H if GH > H else 0, B), dtype),
-                      dUT=(dUT, dtype), dUT64=(dUT, np.float64))
+                      dUT=(dUT, dtype), dUT64=(dUT, np.float64),
+                      hid=(((B, NG if gru else 0) if plan.narrow else (GH if gru else 0, B)),
+                           dtype))      # the GRU's scratch (empty for the other cells)
     if key is not None:
         store.put_object(key, fw)
     return fw
@@ -751,6 +751,7 @@ def _run_forward(problem, store, parallel):
         idx = np.empty(T * B, np.int64)
         reversal_index(p.lengths, T, idx)
     fw = _forward_for(p, plan, store)
+    hid = fw.named("hid")
     S = len(p.model.layers) * D
     fw.h_final = h_final = np.empty((S, B, H), dtype)
     fw.c_final = c_final = np.empty((S, B, H), dtype) if p.cell == "lstm" else fw.no_c_final
@@ -810,19 +811,19 @@ def _run_forward(problem, store, parallel):
                 if p.units:
                     run_parties(forward_units, p.units, fw.tag, WTc, layer.W, p.activation,
                                 p.lengths, p.h0[s], c0, gates, states, direction.kept, cells,
-                                fw.hid, bh, h_final[s], c_final[s], ids, layer.U,
+                                hid, bh, h_final[s], c_final[s], ids, layer.U,
                                 direction.UT, bias)
                 else:
                     run_slices(forward_narrow, p.slices, fw.tag, WTp, WTc, p.activation,
                                p.lengths, p.h0[s], c0, gates, states, direction.kept,
-                               cells, fw.hid, bh, h_final[s], c_final[s], ids, layer.U,
+                               cells, hid, bh, h_final[s], c_final[s], ids, layer.U,
                                direction.UT, bias)
             else:
                 states[:, 0] = p.h0[s].T
                 if p.cell == "lstm":
                     cells[:, 0] = p.c0[s].T
                 forward(fw.tag, layer.W, p.activation, p.lengths, gates, states,
-                        direction.kept, cells, fw.hid, bh, fw.scratch("columns", (H * B,), dtype))
+                        direction.kept, cells, hid, bh, fw.scratch("columns", (H * B,), dtype))
                 h_final[s] = states[:, p.lengths, np.arange(B)].T
                 if p.cell == "lstm":
                     c_final[s] = cells[:, p.lengths, np.arange(B)].T

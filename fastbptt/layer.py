@@ -226,6 +226,7 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
     fw = run_forward(problem, store=fresh) if problem.B and problem.T else None
     if fw is not None:
         fw.forget_views()
+    problem.x = None        # the caller's array, maybe: the forward pass copied what back reads
     out = _outputs(problem, fw)
     return out, _Back(problem, fw, out, check_finite)
 
