@@ -85,6 +85,7 @@ HEAD_OPTIONS = frozenset({"truncate", "stride", "activation", "loss", "h0", "len
                           "check_finite", "cell", "c0"})
 LAYER_OPTIONS = frozenset({"cell", "activation", "h0", "c0", "lengths", "reverse", "truncate",
                            "stride", "check_finite", "time_major"})
+LAYER_FORWARD_OPTIONS = LAYER_OPTIONS - {"truncate", "stride"}     # `fastbptt.layer.forward`'s
 
 
 def known_options(caller, options, known):

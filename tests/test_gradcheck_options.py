@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fastbptt
-from fastbptt._inputs import HEAD_OPTIONS, LAYER_OPTIONS
+from fastbptt._inputs import HEAD_OPTIONS, LAYER_FORWARD_OPTIONS, LAYER_OPTIONS
 
 P = fastbptt.init_params(3, 4, 3, dtype=np.float64, seed=0)
 X, Y = np.array([[0, 1, 2]]), np.array([[1, 2, 0]])
@@ -69,11 +69,20 @@ def test_an_unknown_option_is_named_as_the_callers(name):
 
 @pytest.mark.parametrize("known, function", [
     (HEAD_OPTIONS, fastbptt.bptt),
-    (LAYER_OPTIONS, fastbptt.layer.vjp)])
+    (LAYER_OPTIONS, fastbptt.layer.vjp),
+    (LAYER_FORWARD_OPTIONS, fastbptt.layer.forward)])
 def test_the_known_options_are_the_entry_points_keywords(known, function):
     keywords = {name for name, p in inspect.signature(function).parameters.items()
                 if p.kind is p.KEYWORD_ONLY}
     assert known == keywords
+
+
+@pytest.mark.parametrize("name", ["truncate", "stride"])
+def test_the_reference_layer_forward_refuses_what_the_kernels_forward_does(name):
+    for forward in (fastbptt.layer.forward, fastbptt.reference.layer_forward):
+        with pytest.raises(TypeError, match=rf"forward\(\) got an unexpected keyword "
+                                            rf"argument '{name}'"):
+            forward(X, fastbptt.Layer(P.U, P.W), **{name: 2})
 
 
 @pytest.mark.parametrize("shape", [(1, 0), (0, 3)], ids=["no steps", "no sequences"])

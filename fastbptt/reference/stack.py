@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._inputs import LAYER_OPTIONS, known_options, prepare_layer
+from .._inputs import LAYER_FORWARD_OPTIONS, LAYER_OPTIONS, known_options, prepare_layer
 from .._results import LayerGrads, LayerOutput
 from ..layer import _caller_states, _upstream
 from ..params import Layer, Model
@@ -175,6 +175,6 @@ def layer_vjp(x, params, **options):
 
 def layer_forward(x, params, **options):
     """`LayerOutput` as `fastbptt.layer.forward`."""
-    known_options("layer_forward", options, LAYER_OPTIONS)
+    known_options("layer_forward", options, LAYER_FORWARD_OPTIONS)
     problem = prepare_layer(x, params, **options)
     return _output(problem, Forward(problem))
