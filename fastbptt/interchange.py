@@ -84,16 +84,20 @@ def _dtype(arrays, dtype):
 
 def _keys(state):
     """(num_layers, directions, bias) read off the keys, which must be exactly these."""
-    if any(k.startswith("weight_hr_l") for k in state):
+    if any(k.rpartition(".")[2].startswith("weight_hr_l") for k in state):
         raise ValueError("the state dict has weight_hr_l* keys: an LSTM with proj_size > 0, "
                          "which fastbptt does not support")
     unknown = sorted(k for k in state if not _KEY.fullmatch(k))
-    prefix = _common_prefix(state)
-    if unknown and prefix:
-        raise ValueError(f"every key of the RNN state dict starts with {prefix!r} (a module "
-                         f"inside another, or nn.DataParallel's): pass the RNN's own state "
-                         f"dict, e.g. {{k[{len(prefix)}:]: v for k, v in sd.items() if "
-                         f"k.startswith({prefix!r})}}")
+    prefixes = _rnn_prefixes(state)
+    if unknown and prefixes:
+        prefix = prefixes[0]
+        alone = all(k.startswith(prefix) for k in state)
+        where = (f"every key of the RNN state dict starts with {prefix!r}" if alone else
+                 f"the RNN's keys carry the prefix {' or '.join(map(repr, prefixes))}")
+        raise ValueError(f"{where} (a module inside another, or nn.DataParallel's): pass the "
+                         f"RNN's own state dict, e.g. {{k[{len(prefix)}:]: v for k, v in "
+                         f"sd.items() if k.startswith({prefix!r})}}"
+                         f"{'' if alone else _HEAD_TOO}")
     if unknown:
         raise ValueError(f"unknown key(s) {', '.join(unknown)} in the RNN state dict; expected "
                          "weight_ih_l<k>, weight_hh_l<k>, bias_ih_l<k>, bias_hh_l<k> (and "
@@ -114,14 +118,18 @@ def _keys(state):
     return num_layers, D, bias
 
 
-def _common_prefix(state):
-    """The dotted prefix every key shares ("rnn.", "module."), or ""."""
-    heads = {k.rpartition(".")[0] for k in state}
-    if len(heads) == 1 and "" not in heads:
-        prefix = heads.pop() + "."
-        if all(_KEY.fullmatch(k[len(prefix):]) for k in state):
-            return prefix
-    return ""
+_HEAD_TOO = ", and a head Linear's as head_state_dict"
+
+
+def _rnn_prefixes(state):
+    """The dotted prefixes ("rnn.", "module.") before which keys name an RNN's weights,
+    most keys first."""
+    counts = {}
+    for key in state:
+        head, dot, tail = key.rpartition(".")
+        if dot and _KEY.fullmatch(tail):
+            counts[head + "."] = counts.get(head + ".", 0) + 1
+    return sorted(counts, key=lambda p: (-counts[p], p))
 
 
 def _shape(state, key, shape, what=""):

@@ -237,6 +237,15 @@ def test_torch_dtypes_bfloat16_and_prefixed_keys():
         with pytest.raises(ValueError, match=f"every key of the RNN state dict starts with "
                                              f"'{prefix}'.*k\\[{len(prefix)}:\\]"):
             fastbptt.from_torch({prefix + k: v for k, v in lstm.state_dict().items()})
+    # a parent module's whole state dict: the RNN's and its head's keys
+    parent = {**{"rnn." + k: v for k, v in lstm.state_dict().items()},
+              "fc.weight": torch.zeros(2, 4), "fc.bias": torch.zeros(2)}
+    with pytest.raises(ValueError, match=r"the RNN's keys carry the prefix 'rnn.' .*"
+                                         r"k\[4:\].*and a head Linear's as head_state_dict"):
+        fastbptt.from_torch(parent)
+    projected = torch.nn.LSTM(3, 4, proj_size=2).state_dict()
+    with pytest.raises(ValueError, match="weight_hr_l.* proj_size > 0"):
+        fastbptt.from_torch({"m." + k: v for k, v in projected.items()})
 
 
 def test_import_does_not_import_torch():
