@@ -81,7 +81,7 @@ def _upstream(name, value, problem, shape, check_finite):
     if arr.dtype.kind != "f":
         raise TypeError(f"{name} must hold floats, the gradient of the loss with respect to "
                         f"the layer's {'states' if name == 'dh' else 'final states'}; got "
-                        f"dtype {arr.dtype}")
+                        f"dtype {arr.dtype}; cast with .astype(np.{problem.dtype})")
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, that of out.{_OF[name]}; got "
                          f"{arr.shape}")

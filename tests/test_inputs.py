@@ -518,7 +518,7 @@ MODEL_BAD_CALLS = [
     ("complex dh", back_call(layers(LSTM2), np.zeros((B, T, 2 * H), complex)), TypeError,
      ("dh must hold floats", "got dtype complex128")),
     ("integer dh", back_call(layers(LSTM2), np.zeros((B, T, 2 * H), int)), TypeError,
-     ("dh must hold floats", "got dtype int64")),
+     ("dh must hold floats", "got dtype int64; cast with .astype(np.float64)")),
     ("NaN in dh", back_call(layers(LSTM2), put(np.zeros((B, T, 2 * H)), (1, 2, 5), np.nan)),
      ValueError, ("dh holds a non-finite value (nan at index (1, 2, 5))",
                   "check_finite=False")),
