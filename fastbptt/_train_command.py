@@ -63,7 +63,8 @@ def _warm_up(trainer, args, val_ids):
     if args.sample_every:
         evaluate(trainer.params, val_ids[:65],                    # 32 streams, as the loop's
                  activation=trainer.options.activation)
-        trainer.sample(1, rng=np.random.default_rng(0))
+        if args.sample_chars:
+            trainer.sample(1, rng=np.random.default_rng(0))
 
 
 def _plot(path, trainer, baseline, val_loss, eval_chars):
@@ -192,7 +193,7 @@ def _start(args, given, say, claims):
         if given.get("momentum") and options.optimizer != "sgd":
             raise UsageError(f"--momentum applies to --optimizer sgd only; --optimizer "
                              f"{options.optimizer} has its own (leave --momentum out)")
-    if args.plot:
+    if args.plot is not None:                  # '' too: refused, as bench's
         _preflight.plot_file(args.plot)
     if resume is None:
         _preflight.output_file(args.checkpoint, "--checkpoint", make_folders=True)
@@ -331,6 +332,8 @@ class _Loop:
         self.by_steps = self.budget is None
         total = (self.target - self.trainer.step) if self.by_steps else self.budget
         until = f"to step {self.target:,}" if self.by_steps else f"for {self.budget:g} s"
+        if self.target is not None and not self.by_steps:
+            until += f" or to step {self.target:,}, whichever comes first"
         _printer(out)(f"training {until}; Ctrl-C, SIGTERM or SIGHUP saves the checkpoint "
                       "and stops")
         self.bar = tqdm(total=max(total, 0), unit="step" if self.by_steps else "s",
@@ -391,12 +394,15 @@ class _Loop:
             eval_ids = self.r.val_ids[:args.eval_chars]
             val = evaluate(trainer.params, eval_ids, activation=self.r.options.activation)
             trainer.evals.append((trainer.step, val))
+            line = f"--- step {trainer.step}: train {recent:.3f}, validation {val:.3f} nats/char"
+            if not args.sample_chars:
+                self.say(line + " ---")
+                return
             text = trainer.sample(args.sample_chars, temperature=args.temperature,
                                   stop=lambda: self.guard.received is not None)
             if text is None:            # a signal: the run stops after this step
                 text = f"(cut short by {self.guard.name})"
-            self.say(f"--- step {trainer.step}: train {recent:.3f}, validation "
-                     f"{val:.3f} nats/char; sample:\n{text}\n---")
+            self.say(f"{line}; sample:\n{text}\n---")
 
     def recent_loss(self):
         """The mean loss of recent steps of this invocation: their moving average, each
@@ -531,9 +537,10 @@ def _report(args, r, say):
         "(entropy of the train split's character frequencies, on the train split)")
     say(f"validation / unigram = {val_loss / baseline:.3f}")
     say(f"checkpoint: {os.path.abspath(args.checkpoint)}")
-    text = trainer.sample(args.sample_chars, temperature=args.temperature)
-    say(f"sample (temperature {args.temperature:g}):\n{text}")
-    if args.plot:
+    if args.sample_chars:
+        text = trainer.sample(args.sample_chars, temperature=args.temperature)
+        say(f"sample (temperature {args.temperature:g}):\n{text}")
+    if args.plot is not None:
         _plot(args.plot, trainer, baseline, val_loss, min(val_ids.size, args.eval_chars))
         say(f"plot: {os.path.abspath(args.plot)}")
 

@@ -324,9 +324,11 @@ def _add_train(commands):
                    help="train on the workers of the Dask cluster whose scheduler is at "
                         "ADDRESS (e.g. tcp://10.0.0.5:8786; Dask's security settings apply)")
     r.add_argument("--sample-every", type=_count, default=2000, dest="sample_every",
-                   help="steps between samples and validation estimates; 0 = none (2000)")
+                   help="steps between validation estimates (and samples) during the run; "
+                        "0 = none (2000)")
     r.add_argument("--sample-chars", type=_chars, default=300, dest="sample_chars",
-                   help="characters per sample (300)")
+                   help="characters per sample, during the run and at its end; 0 = no "
+                        "samples (300)")
     r.add_argument("--temperature", type=_temperature, default=0.8,
                    help="of the samples (0.8)")
     r.add_argument("--eval-chars", type=_at_least_two, default=50_000, dest="eval_chars",

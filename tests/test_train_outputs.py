@@ -115,6 +115,24 @@ def test_the_train_figure_beside_a_sample_is_the_mean_of_recent_steps(tmp_path, 
     assert abs(shown - (0.98 * l1 + l2) / 1.98) < 6e-4          # printed to 3 decimals
 
 
+def test_sample_chars_0_draws_no_samples_and_an_empty_plot_name_is_refused(tmp_path, capsys,
+                                                                            monkeypatch):
+    write_corpus(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "tiny.txt", *SMALL, "--steps", "4", "--time", "60",
+                 "--sample-every", "2", "--sample-chars", "0", "--checkpoint", "c.npz"]) == 0
+    out = capsys.readouterr().out
+    assert "training for 60 s or to step 4, whichever comes first;" in out
+    assert re.search(r"^--- step 2: train [0-9.]+, validation [0-9.]+ nats/char ---$", out,
+                     re.M), out
+    assert "; sample:" not in out and "sample (temperature" not in out, out
+    assert main(["train", "tiny.txt", *SMALL, "--steps", "4", "--plot", "",
+                 "--checkpoint", "d.npz"]) == 2
+    assert capsys.readouterr().err == ("fastbptt train: --plot needs a file name; got ''; see "
+                                       "`fastbptt train -h`\n")
+    assert not (tmp_path / "d.npz").exists()
+
+
 def test_an_ascii_locale_prints_text_it_cannot_encode_as_escapes(tmp_path):
     """LC_ALL=C without Python's UTF-8 mode: stdout is ASCII. A sample of non-ASCII text
     (and a --prime given in UTF-8, whose bytes the locale cannot decode) is printed with
