@@ -38,7 +38,10 @@ def describe(error):
     if isinstance(error, BrokenPipeError):
         return "the output was closed before it was all written (broken pipe)"
     if isinstance(error, OSError) and error.strerror:
-        return f"{error.filename}: {error.strerror}" if error.filename else error.strerror
+        name = error.filename
+        if name is None:
+            return error.strerror
+        return f"{name if str(name).strip() else repr(name)}: {error.strerror}"   # '' named
     if isinstance(error, MemoryError):
         return f"out of memory ({error})" if str(error) else "out of memory"
     text = str(error) or type(error).__name__

@@ -180,6 +180,7 @@ def _has_matplotlib():
 def failures(folder):
     cases = [
         (["train", "missing.txt", *SMALL], "missing.txt: No such file or directory", PROCESS),
+        (["train", "", *SMALL], "train: '': No such file or directory"),   # named too
         (["train", "folder", *SMALL], "folder: Is a directory"),
         (["train", "tiny.txt", *SMALL, "--checkpoint", "folder"],
          "--checkpoint folder: that is a folder", PROCESS),
