@@ -304,7 +304,9 @@ def _add_train(commands):
     r.add_argument("--time", type=_seconds,
                    help=f"stop after this many seconds of training in this invocation "
                         f"({DEFAULT_TIME:g} when --steps is not given either)")
-    r.add_argument("--threads", type=_threads, help="BLAS threads (1)")
+    r.add_argument("--threads", type=_threads,
+                   help="BLAS threads (1, unless OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is "
+                        "set; a resumed run: the checkpoint's)")
     r.add_argument("--checkpoint", default="fastbptt-char.npz",
                    help="where to save (and --resume from) (fastbptt-char.npz)")
     r.add_argument("--resume", action="store_true", help="continue from --checkpoint")
@@ -373,13 +375,15 @@ def build_parser():
     d.add_argument("--vocab", type=_positive, default=65, help="symbols, in and out (65)")
     d.add_argument("--batch", type=_positive, default=1, help="sequences per call (1)")
     d.add_argument("--activation", default="sigmoid",
-                   choices=["tanh", "sigmoid", "relu", "identity"])
+                   choices=["tanh", "sigmoid", "relu", "identity"],
+                   help="(sigmoid, the documents')")
     d.add_argument("--truncate", type=_truncate, default=10,
                    help="window length k, or 'full' (10, as document 003)")
-    d.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+    d.add_argument("--dtype", default="float64", choices=["float32", "float64"],
+                   help="(float64)")
     d.add_argument("--repeat", type=_positive, default=200,
                    help="timed calls of the kernels (200)")
-    d.add_argument("--seed", type=_seed, default=0)
+    d.add_argument("--seed", type=_seed, default=0, help="of the weights and data (0)")
     d.set_defaults(run=demo)
 
     b = commands.add_parser(
