@@ -183,7 +183,13 @@ class StreamBatcher:
 
 def check_position(state, segment):
     """(pos, passes) of a batcher's `state_dict` for segments of ``segment`` steps;
-    ValueError for a position no such batcher can have, KeyError for a missing entry."""
+    ValueError for a position no such batcher can have, or a state without one."""
+    if not hasattr(state, "keys"):
+        raise ValueError(f"a batcher state must be a dict from state_dict(); got "
+                         f"{type(state).__name__}")
+    missing = [name for name in ("pos", "passes") if name not in state]
+    if missing:
+        raise ValueError(f"the batcher state has no {' or '.join(map(repr, missing))} entry")
     pos, passes = state["pos"], state["passes"]
     for name, value in (("pos", pos), ("passes", passes)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):

@@ -107,6 +107,17 @@ def test_text_helpers_check_their_arguments():
     assert StreamBatcher(ids, 2, 3, segment=np.int64(9)).next().x.shape == (2, 3)
 
 
+def test_a_batcher_state_without_a_position_is_refused():
+    batcher = StreamBatcher(np.arange(100) % 5, 2, 5)
+    for state, phrase in (({}, "the batcher state has no 'pos' or 'passes' entry"),
+                          ({"pos": 3}, "the batcher state has no 'passes' entry"),
+                          ([3, 0], "a batcher state must be a dict from state_dict"),
+                          ({"pos": 99, "passes": 0}, "batcher position 99 .* outside")):
+        with pytest.raises(ValueError, match=phrase):
+            batcher.load_state_dict(state)
+    assert batcher.state_dict() == {"pos": 0, "passes": 0}
+
+
 def test_check_grad_names_a_bad_impl():
     p = fastbptt.init_params(3, 2, 3, seed=0, dtype=np.float64)
     x = np.array([0, 1, 2])
