@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import numbers
 import os
 import stat
 from typing import NamedTuple
@@ -38,8 +39,12 @@ class Corpus(NamedTuple):
 
 def default_corpus(max_chars=DEFAULT_MAX_CHARS):
     """The standard library's top-level ASCII source files, up to ``max_chars`` characters."""
+    if isinstance(max_chars, bool) or not isinstance(max_chars, numbers.Integral):
+        raise TypeError(f"max_chars must be an int; got {max_chars!r}")
+    if max_chars < 1:
+        raise ValueError(f"max_chars must be at least 1; got {max_chars}")
     folder = os.path.dirname(os.__file__)
-    parts, total, used = [], 0, 0
+    parts, total, used, first = [], 0, 0, None
     for name in sorted(os.listdir(folder)):
         if not name.endswith(".py"):
             continue
@@ -49,10 +54,14 @@ def default_corpus(max_chars=DEFAULT_MAX_CHARS):
         except (UnicodeDecodeError, OSError):
             continue
         if total + len(text) > max_chars:
+            first = len(text) if first is None else first
             break
         parts.append(text)
         total += len(text)
         used += 1
+    if not parts and first is not None:
+        raise ValueError(f"max_chars={max_chars:,} is below the {first:,} characters of the "
+                         f"first standard-library source file, the least it takes")
     if not parts:
         raise RuntimeError(f"found no readable standard-library source in {folder}")
     description = (f"the standard library's source: {used} .py files in {folder}, "
@@ -68,10 +77,13 @@ def _device(fd):
 
 
 def read_files(paths):
-    """The files' text (UTF-8, undecodable bytes replaced), concatenated in the given order.
+    """The files' text (UTF-8, undecodable bytes replaced), concatenated in the given order
+    (``paths``: a list of paths, or one).
 
     The description says how many byte sequences were not UTF-8 (each read as U+FFFD), and
     in which files, so that a binary file or another encoding does not pass unnoticed."""
+    if isinstance(paths, (str, bytes, os.PathLike)):       # one file, not its characters
+        paths = [paths]
     parts, replaced = [], []
     for path in paths:
         with open(path, "rb") as f:

@@ -118,6 +118,21 @@ def test_a_batcher_state_without_a_position_is_refused():
     assert batcher.state_dict() == {"pos": 0, "passes": 0}
 
 
+def test_the_corpus_readers_take_one_path_and_say_what_max_chars_is_too_small_for(tmp_path):
+    from fastbptt import corpus
+
+    (tmp_path / "one.txt").write_text("hello there")
+    one = corpus.read_files(str(tmp_path / "one.txt"))     # a path, not its characters
+    assert one.text == "hello there" and one.description == "one.txt: 11 characters"
+    assert corpus.read_files(tmp_path / "one.txt").text == "hello there"
+    for bad, error, phrase in ((0, ValueError, "max_chars must be at least 1; got 0"),
+                               (2.5, TypeError, "max_chars must be an int; got 2.5"),
+                               (10, ValueError, "max_chars=10 is below the .* characters of "
+                                                "the first standard-library source file")):
+        with pytest.raises(error, match=phrase):
+            corpus.default_corpus(bad)
+
+
 def test_check_grad_names_a_bad_impl():
     p = fastbptt.init_params(3, 2, 3, seed=0, dtype=np.float64)
     x = np.array([0, 1, 2])
