@@ -83,7 +83,7 @@ __all__ = [
     "check_layer_grad", "clear_workspace", "forward", "from_torch", "to_torch",
     "get_num_threads", "grad", "init_params", "loss", "set_num_threads", "value_and_grad",
     "Adagrad", "Adam", "Codec", "SGD", "StreamBatcher", "checkpoint", "clip_grads", "optim",
-    "sample", "text", "layer",
+    "sample", "text", "layer", "JitDisabledError",
 ]
 __version__ = "0.1.0"
 

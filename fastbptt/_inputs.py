@@ -377,7 +377,7 @@ def blas_sizes(B, T, L, C, rows):
     """ValueError when a matrix the kernels hand to the BLAS would have a side beyond its
     32-bit integers: B T steps (the products over all steps), L inputs, C outputs, or
     ``rows`` (a bound on the gates' rows of all directions)."""
-    for name, size in (("B T (sequences times steps)", B * T), ("L (input size)", L),
+    for name, size in (("B·T (sequences times steps)", B * T), ("L (input size)", L),
                        ("C (output size)", C), ("the hidden layer's gate rows", rows)):
         if size > BLAS_INT:
             raise ValueError(f"{name} is {size:,}, beyond the {BLAS_INT:,} the BLAS can "

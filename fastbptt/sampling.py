@@ -103,14 +103,18 @@ def _prime(prime_ids, size):
     return ids.astype(np.int64)
 
 
-def _check_draw(n, temperature, activation, cell):
+def _check_draw(n, temperature, activation, cell, name="n"):
+    """TypeError or ValueError for what no draw can take (``name``: n's, the caller's)."""
     if isinstance(temperature, (bool, np.bool_)) or \
             not isinstance(temperature, (int, float, np.integer, np.floating)):
         raise TypeError(f"temperature must be a number; got {type(temperature).__name__}")
     if not temperature > 0:
         raise ValueError(f"temperature must be positive; got {temperature}")
-    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"the number of ids to draw must be an int of at least 0; got {n!r}")
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, the number of "
+                        f"{'characters' if name == 'chars' else 'ids'} to draw; got {n!r}")
+    if n < 0:
+        raise ValueError(f"{name} must be at least 0; got {n}")
     if not isinstance(activation, str) or activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose from "
                          f"{', '.join(ACTIVATIONS)}")
@@ -196,7 +200,7 @@ def sample_chunks(params, codec, *, prime="", chars=200, chunk=CHUNK, temperatur
             or chunk < 1:
         raise ValueError(f"chunk must be an int of at least 1; got {chunk!r}")
     ids = _checked(params, codec, prime)
-    _check_draw(chars, temperature, activation, _model(params)[0].cell)
+    _check_draw(chars, temperature, activation, _model(params)[0].cell, "chars")
     return _chunks(params, codec, ids, chars, chunk, temperature, generator(rng, "rng"),
                    activation)
 

@@ -585,7 +585,7 @@ def test_sizes_beyond_the_blas_integers_are_refused_before_any_copy():
     in the products over all steps. A view of one id stands for 17 GB of them here."""
     many = np.lib.stride_tricks.as_strided(np.zeros(1, np.int64), shape=(2**16, 2**15 + 1),
                                            strides=(0, 0))
-    message = r"B T \(sequences times steps\) is 2,147,549,184, beyond the 2,147,483,647"
+    message = r"B·T \(sequences times steps\) is 2,147,549,184, beyond the 2,147,483,647"
     with pytest.raises(ValueError, match=message):
         fastbptt.grad(many, many, P)
     with pytest.raises(ValueError, match=message):

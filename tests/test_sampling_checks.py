@@ -82,11 +82,14 @@ def test_a_sample_in_chunks_is_the_sample_drawn_at_once(cell, layers):
 def test_sample_chunks_checks_its_arguments_before_it_is_iterated():
     codec, lstm = Codec.from_text("abcde"), fastbptt.init_params(5, 4, 5, cell="lstm", seed=0)
     for options, error in ((dict(chunk=0), "chunk must be an int of at least 1"),
-                           (dict(chars=-1), "must be an int of at least 0"),
+                           (dict(chars=-1), "^chars must be at least 0; got -1$"),
                            (dict(chars=0, temperature=0.0), "temperature must be positive"),
                            (dict(chars=0, activation="relu"), "applies to the Elman cell")):
         with pytest.raises(ValueError, match=error):
             sample_chunks(lstm, codec, **options)
+    with pytest.raises(TypeError, match="^chars must be an int, the number of characters to "
+                                        "draw; got 1.5$"):
+        sample_chunks(lstm, codec, chars=1.5)
 
 
 @pytest.mark.parametrize("chunk", [5, 7, 1000])
