@@ -55,7 +55,10 @@ def _scipy_blas():
 
 
 def set_num_threads(n):
-    """Use ``n`` threads in the kernels' matrix products (and Numba's parallel loops).
+    """Use ``n`` threads: in the kernels' matrix products (SciPy's OpenBLAS), and for the
+    slices of a batch (or of a product's rows) that fastbptt runs at once on threads of
+    its own (README, "Threads"). TypeError for what is not an int, ValueError outside
+    [1, the CPU count].
 
     Results are bitwise reproducible at a fixed thread count; they may differ in the
     last bits between thread counts, as BLAS splits its sums differently.

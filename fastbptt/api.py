@@ -171,31 +171,43 @@ def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="soft
     y : array_like
         Integer class ids, (T,) or (B, T), with -1 meaning no loss at that step; or float
         targets, (T, C) or (B, T, C).
-    params : fastbptt.Params, dict or tuple
-        U (H, L), W (H, H), V (C, H) and optionally b (H,), c (C,), all float32 or all
-        float64: that dtype is the compute dtype of the call.
+    params : fastbptt.Params, dict, tuple or fastbptt.Model
+        One Elman layer with its head: U (H, L), W (H, H), V (C, H) and optionally b (H,),
+        c (C,). Any cell, stack or directions: a `Model` (``layers[l][d]``, each a `Layer`
+        U (G H, in), W (G H, H), b, bh; V (C, H D), c), as `init_params` makes. All
+        float32 or all float64: that dtype is the compute dtype of the call.
     truncate : int or None
         k: the error of output t flows back through at most the steps t ... lo(t),
-        lo(t) = max(0, (t // stride + 1) * stride - k). None means full BPTT.
+        lo(t) = max(0, (t // stride + 1) * stride - k). None means full BPTT. Not with
+        reverse directions; windows (stride < truncate) need one layer.
     stride : int
         s, 1 <= s <= truncate. 1 gives a k-step window per output (document 003's loop
         is truncate=10); s = k gives chunked TBPTT (min-char-rnn).
     activation : {"tanh", "sigmoid", "relu", "identity"}
+        The Elman cell's; gated cells take only the default.
     loss : {"softmax_ce", "mse"}
         Summed over steps and sequences. For mse, integer y means one-hot targets.
     h0 : array_like, optional
-        Initial state, (H,) or (B, H); zeros when omitted.
+        Initial state, (H,) or (B, H); for a `Model`, (S, H) or (S, B, H), S = layers x
+        directions in PyTorch's order. Zeros when omitted.
     lengths : array_like, optional
         (B,) sequence lengths: steps t >= lengths[b] are padding (no loss, state untouched).
     check_finite : bool
-        Raise ValueError for NaN or inf in params, x, y or h0 (default). False skips the
-        scan, which costs one pass over each array (measured: 0.23 ms of W5, 3 us of W2).
+        Raise ValueError for NaN or inf in params, x, y, h0 or c0 (default). False skips
+        the scan, which costs one pass over each array (measured: 0.23 ms of W5, 3 us of
+        W2).
+    cell : {"elman", "gru", "lstm"} or None
+        None reads the cell off W's shape (G H rows, G = 1, 3, 4); given, it must agree.
+    c0 : array_like, optional
+        The LSTM's initial cell state, shaped like h0; zeros when omitted.
 
     Returns
     -------
     BPTTResult
         ``loss`` (float), ``grads`` (structure of ``params``), ``h_final`` and ``dh0``
-        ((H,) for one sequence, (B, H) for a batch; ``dh0`` is zeros when h0 is None).
+        (shaped like h0: (H,) for one sequence, (B, H) for a batch, with a leading S for a
+        `Model`; ``dh0`` is zeros when h0 is None), and for an LSTM ``c_final`` and
+        ``dc0`` likewise (``dc0`` zeros when c0 is None).
     """
     problem = _validate(x, y, params, truncate=truncate, stride=stride, activation=activation,
                         loss=loss, h0=h0, lengths=lengths, check_finite=check_finite,
@@ -226,8 +238,9 @@ def forward(x, params, *, activation="tanh", h0=None, lengths=None, check_finite
             cell=None, c0=None):
     """Hidden states of the top layer and softmax output probabilities.
 
-    Returns a `ForwardResult` ``(h, p)``: h is (T, H D) or (B, T, H D) (D directions), p
-    is (T, C) or (B, T, C); both are zero at padding steps.
+    x, params and the options are as for `bptt`. Returns a `ForwardResult` ``(h, p)``: h
+    is (T, H D) or (B, T, H D) (D directions), p is (T, C) or (B, T, C); both are zero at
+    padding steps.
     """
     problem = _validate(x, None, params, activation=activation, h0=h0, lengths=lengths,
                         check_finite=check_finite, need_y=False, cell=cell, c0=c0)
@@ -256,7 +269,7 @@ def forward(x, params, *, activation="tanh", h0=None, lengths=None, check_finite
 
 def loss(x, y, params, *, activation="tanh", loss="softmax_ce", h0=None, lengths=None,
          check_finite=True, cell=None, c0=None):
-    """The summed loss as a Python float (no gradients)."""
+    """The summed loss as a Python float (no gradients); arguments as for `bptt`."""
     problem = _validate(x, y, params, activation=activation, loss=loss, h0=h0,
                         lengths=lengths, check_finite=check_finite, cell=cell, c0=c0)
     if not (problem.B and problem.T):

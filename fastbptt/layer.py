@@ -183,8 +183,9 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
     x : array_like
         Integer token ids, (T,) or (B, T), or dense floats, (T, L) or (B, T, L).
     params : fastbptt.Layer, dict, tuple, or a stack
-        One layer: U (G H, L), W (G H, H) and optionally b (G H,) (a `Layer`, a dict with
-        keys U, W, b or a tuple (U, W[, b])). A stack: a `Model` or a dict with
+        One layer: U (G H, L), W (G H, H) and optionally b (G H,), and for a GRU bh
+        (G H,) = bias_hh apart (a `Layer`, a dict with keys U, W, b, bh or a tuple
+        (U, W[, b[, bh]])). A stack: a `Model` or a dict with
         ``layers`` (``layers[l][d]``, d = 0 forward, 1 reverse); its head, if any, is not
         used. All float32 or all float64: the compute dtype.
     cell : {"elman", "gru", "lstm"} or None
@@ -198,8 +199,8 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
         (B,) sequence lengths: steps t >= lengths[b] are padding.
     reverse : bool
         One layer only: read each sequence from its last real step back to its first.
-    truncate, stride : int
-        BPTT(k; s) (SPEC.md §3): the gradient ``back`` injects at step t (dh[t], and
+    truncate, stride : int or None, int
+        BPTT(k; s) (SPEC.md §3; None: nothing is cut): the gradient ``back`` injects at step t (dh[t], and
         dh_final at the last real step) flows back through steps t ... lo(t) only.
         Windows (stride < truncate) need one layer; no truncation with reverse directions.
     check_finite : bool

@@ -182,7 +182,30 @@ def _draw(model, states, n, temperature, rng, activation, primed, before):
 
 def sample(params, codec, *, prime="", chars=200, temperature=1.0, rng=None,
            activation="tanh"):
-    """``chars`` characters continuing ``prime`` (the prime itself is not included)."""
+    """``chars`` characters continuing ``prime`` (the prime itself is not included).
+
+    Parameters
+    ----------
+    params : fastbptt.Params or fastbptt.Model
+        A model whose inputs and outputs are the characters of ``codec`` (as
+        `fastbptt train` saves one: a checkpoint's ``params``).
+    codec : fastbptt.Codec
+        The characters, in the order of the model's ids.
+    prime : str
+        Text the model reads first, each of its characters in ``codec``.
+    chars : int
+        How many characters to draw, 0 or more.
+    temperature : float
+        Above 0: each next character is drawn from softmax(o / temperature) (below 1
+        sharper, above 1 flatter than the model's own distribution).
+    rng : None, int or numpy.random.Generator
+        One uniform number a character; the same state gives the same text.
+    activation : str
+        The Elman cell's, as the model was trained with (gated cells: the default).
+
+    TypeError or ValueError for an argument outside these; ValueError if the states
+    overflow (saying after how many characters).
+    """
     return "".join(sample_chunks(params, codec, prime=prime, chars=chars, chunk=CHUNK,
                                  temperature=temperature, rng=rng, activation=activation))
 

@@ -393,7 +393,7 @@ def gru(params, x, h0=None, *, lengths=None, reverse=False, truncate=None, strid
     """A GRU layer (PyTorch's equations, gates r, z, n; SPEC.md §6): ``(h, h_final)``.
 
     params: U (3H, L), W (3H, H), optionally b = bias_ih (3H,) and bh = bias_hh (3H,).
-    The other arguments are `rnn`'s.
+    The other arguments are `rnn`'s (but activation: the gates have their own).
     """
     return _run(*_check("gru", params, x, h0, None, lengths, activation="tanh",
                         reverse=reverse, truncate=truncate, stride=stride,
@@ -406,7 +406,7 @@ def lstm(params, x, h0=None, c0=None, *, lengths=None, reverse=False, truncate=N
     ``(h, h_final, c_final)``.
 
     params: U (4H, L), W (4H, H), optionally b = bias_ih + bias_hh (4H,). c0 is like h0.
-    The other arguments are `rnn`'s.
+    The other arguments are `rnn`'s (but activation: the gates have their own).
     """
     return _run(*_check("lstm", params, x, h0, c0, lengths, activation="tanh",
                         reverse=reverse, truncate=truncate, stride=stride,
