@@ -15,8 +15,8 @@ __all__ = ["save_checkpoint", "Diverged", "NothingToSave", "Schedule", "failure"
 
 class Diverged(ArithmeticError):
     """A step's loss or gradient norm was not finite (``applied=False``: the step was
-    skipped and the trainer holds the state before it), or its update made the weights
-    overflow (``applied=True``: the weights are lost).
+    skipped and the trainer holds the state before it), or its update made the weights or
+    the optimizer's state overflow (``applied=True``: they are lost).
 
     Neither state is saved. A run resumed from the state before a step whose value was not
     finite computes the same loss and gradient again (resuming is exact), whatever its
@@ -112,8 +112,9 @@ def _diverged(error, trainer, path, lr, budget):
     """The line for `Diverged`: nothing is saved (its docstring says why), and the last
     checkpoint is the way back when it lies before the step that failed."""
     if error.applied:
-        what = (f"the update of step {error.step} made the weights overflow (the learning "
-                f"rate {lr:g} is far too large), so they are lost")
+        what = (f"the update of step {error.step} made the {error.what} overflow (the "
+                f"learning rate {lr:g} is far too large), so "
+                f"{'they are' if error.what == 'weights' else 'it is'} lost")
     else:
         what = (f"{error}, so that step was not applied; the state before it would give the "
                 f"same {error.what} again whatever the learning rate, so it is not saved")

@@ -147,6 +147,10 @@ class Trainer:
             self.optimizer.step(self.params, grads)
         if not all(all_finite(a.reshape(-1)) for a in leaves(self.params).values()):
             raise Diverged(self.step + 1, "weights", "not finite", applied=True)
+        if not all(all_finite(a.reshape(-1)) for slot in self.optimizer.state.values()
+                   for a in slot.values()):     # Adam's v of a float32 gradient above 1.8e19
+            raise Diverged(self.step + 1, f"{self.optimizer.kind} optimizer's state",
+                           "not finite", applied=True)
         self.consistent = True
         self.step += 1
         self.losses.append(loss / n)

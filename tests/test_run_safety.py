@@ -134,6 +134,31 @@ def test_an_update_that_overflows_the_weights_saves_nothing_over_the_last_checkp
     assert ckpt.read_bytes() == before
 
 
+def test_an_update_that_overflows_the_optimizers_state_saves_nothing_either(
+        corpus, tmp_path, capsys, monkeypatch):
+    """Adam's v of a float32 gradient above 1.8e19 is inf while the weights stay finite (its
+    update of that entry is then 0): every checkpoint a run writes must resume, and
+    loading refuses such a state, so the run diverged there."""
+    from fastbptt.optim import Adam
+
+    ckpt = tmp_path / "adam.npz"
+    assert main(train(corpus, ckpt, "--steps", "2", "--lr-decay", "none")) == 0
+    before = ckpt.read_bytes()
+    capsys.readouterr()
+    real = Adam._update
+
+    def huge(self, name, p, g):                   # one gradient entry of 1e20 at step 3
+        g = g.copy()
+        g.reshape(-1)[0] = 1e20 if self.t == 3 else g.reshape(-1)[0]
+        real(self, name, p, g)
+    monkeypatch.setattr(Adam, "_update", huge)
+    assert main(train(corpus, ckpt, "--steps", "4", "--resume")) == 1
+    line = stderr_line(capsys)
+    assert "the update of step 3 made the adam optimizer's state overflow" in line
+    assert f"so it is lost; {ckpt} keeps step 2: resume from it" in line
+    assert ckpt.read_bytes() == before
+
+
 def test_a_failed_sample_saves_the_run_and_resume_continues(corpus, tmp_path, capsys,
                                                             monkeypatch):
     ckpt = tmp_path / "sample.npz"
