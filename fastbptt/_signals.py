@@ -88,6 +88,11 @@ class SignalGuard:
         finally:
             self._defer -= 1
 
+    def handled(self):
+        """The command acts on the signal it received (it saved and returns its status):
+        the signals after it are recorded, never raised, until the guard is left."""
+        self._raised = True
+
     def __enter__(self):
         with self.deferred():           # all handlers in place before one may raise
             for signum in SIGNALS:

@@ -499,6 +499,8 @@ def _train(args, r, guard, out):
         finally:
             loop.bar.close()
         guard.note = f"after step {trainer.step}; the checkpoint {args.checkpoint} is saved"
+        if guard.received is not None:
+            guard.handled()             # a second signal adds no second line
     if guard.received is None:
         return None
     say(f"interrupted at step {trainer.step} ({guard.name}) after {r.elapsed:.1f} s; "

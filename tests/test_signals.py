@@ -73,6 +73,21 @@ def test_each_signal_during_training_saves_and_exits_with_its_status(folder):
         assert step >= 1 and checkpoint.load(folder / ckpt).step == step
 
 
+def test_a_signal_after_the_interrupted_line_adds_no_second_line(folder):
+    """The run saved and said so on SIGINT; a SIGTERM while it leaves (Dask's workers
+    closing, say) raised and printed a second line on stderr."""
+    args = ["train", "tiny.txt", *SMALL, "--time", "60", "--sample-every", "0",
+            "--checkpoint", "twice.npz"]
+    proc = start(args, folder)
+    read_until(proc, "training for 60 s")
+    time.sleep(0.3)                                      # some steps
+    proc.send_signal(signal.SIGINT)
+    read_until(proc, "interrupted at step ")
+    proc.send_signal(signal.SIGTERM)
+    outcome = finish(proc)
+    assert outcome.status == 130 and outcome.err == "", outcome
+
+
 def test_the_line_of_an_interrupted_run_of_some_steps_resumes_it_to_them(folder):
     """A checkpoint keeps the model's options, not the invocation's --steps: the command
     the line gives repeats it, or the resumed run would train for a time budget instead."""
