@@ -78,7 +78,11 @@ class Trainer:
             carried = Carried({"pos": 0, "passes": 0}, *zero_state(self.params, options.batch))
         else:
             self.rng = np.random.default_rng()
-            self.rng.bit_generator.state = resume.rng_state
+            try:
+                self.rng.bit_generator.state = resume.rng_state
+            except (OverflowError, TypeError, ValueError, KeyError) as error:
+                raise ValueError(f"its RNG state is not one of NumPy's "
+                                 f"{type(self.rng.bit_generator).__name__} ({error})") from None
             self.params = from_leaves({name: np.array(a, self.dtype)
                                        for name, a in leaves(resume.params).items()})
             self.optimizer.load_state_dict(resume.optimizer)

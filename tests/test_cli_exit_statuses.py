@@ -48,6 +48,8 @@ def folder(tmp_path_factory):
     rewrite(here / "good.npz", here / "int_W.npz",
             lambda a: a.update({"params.W": a["params.W"].astype(np.int64)}))
     rewrite(here / "good.npz", here / "no_step.npz", edit_meta(lambda m: m.pop("step")))
+    rewrite(here / "good.npz", here / "bad_rng.npz",
+            edit_meta(lambda m: m["rng_state"]["state"].update(state=2 ** 200)))
     rewrite(here / "good.npz", here / "two_layers.npz",
             edit_meta(lambda m: m["options"].update(layers=2)))
     rewrite(here / "lstm.npz", here / "no_cell_state.npz", lambda a: a.pop("cell_state"))
@@ -235,6 +237,9 @@ def failures(folder):
         (["sample", "no_W.npz"], "no params.W entry"),
         (["sample", "int_W.npz"], "params.W is a 2-D int64 array"),
         (["sample", "no_step.npz"], "'meta' has no 'step'"),
+        (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "bad_rng.npz"],
+         "bad_rng.npz is not a usable fastbptt checkpoint: its RNG state is not one of "
+         "NumPy's PCG64 (", PROCESS),
         (["sample", "tiny.txt"], "tiny.txt is not a fastbptt checkpoint (not an .npz file"),
         (["bench", "--json", "folder"], "--json folder: that is a folder; give a file name, "
                                         "e.g. folder/bench.json"),
