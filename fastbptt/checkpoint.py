@@ -354,6 +354,10 @@ def load(path):
                                   "or one cut short)")
         f.seek(0)
         try:
+            damaged = zipfile.ZipFile(f).testzip()  # np.load may stop short of an entry's
+            if damaged is not None:                 # end, where zipfile checks its CRC
+                raise CheckpointError(f"its entry {damaged} fails its checksum (damaged)")
+            f.seek(0)
             with np.load(f, allow_pickle=False) as data:
                 return _read(data)
         except CheckpointError as error:

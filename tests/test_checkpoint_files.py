@@ -152,6 +152,21 @@ def test_a_flipped_byte_is_refused_or_changes_nothing(saved, tmp_path):
     assert refused > 0.8 * (len(data) // 23)
 
 
+def test_a_flipped_byte_in_an_entrys_shape_is_refused(saved, tmp_path):
+    """np.load reads an entry's header and then only as many bytes as its shape says, so
+    a shape made smaller passed unchecked (zipfile checks the CRC at an entry's end)."""
+    data = saved.read_bytes()
+    losses = checkpoint.load(saved).history["loss"].size
+    header = f"'shape': ({losses},)".encode()
+    assert data.count(header) == 1 and losses >= 2
+    shorter = tmp_path / "shorter.npz"
+    shorter.write_bytes(data.replace(header, f"'shape': ({losses - 1},)".encode()))
+    with pytest.raises(CheckpointError, match=r"shorter.npz is not a usable fastbptt "
+                                              r"checkpoint: its entry history.loss.npy fails "
+                                              r"its checksum"):
+        checkpoint.load(shorter)
+
+
 DAMAGE = [
     ("no meta", lambda a: a.pop("meta"), "no 'meta' entry"),
     ("no vocab", lambda a: a.pop("vocab"), "no 'vocab' entry"),
