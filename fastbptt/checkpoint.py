@@ -355,9 +355,13 @@ def load(path):
         f.seek(0)
         try:
             damaged = zipfile.ZipFile(f).testzip()  # np.load may stop short of an entry's
-            if damaged is not None:                 # end, where zipfile checks its CRC
-                raise CheckpointError(f"its entry {damaged} fails its checksum (damaged)")
-            f.seek(0)
+        except Exception:                           # end, where zipfile checks its CRC
+            damaged = None                          # (np.load words what this could not)
+        if damaged is not None:
+            raise CheckpointError(f"{path} is damaged or not a fastbptt checkpoint (its "
+                                  f"entry {damaged} fails its CRC-32 check)")
+        f.seek(0)
+        try:
             with np.load(f, allow_pickle=False) as data:
                 return _read(data)
         except CheckpointError as error:
