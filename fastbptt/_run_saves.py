@@ -54,15 +54,15 @@ class Schedule:
         self.last_step, self.last_time, self.least = step, now, self.floor * took
 
 
-def save_checkpoint(trainer, path, extra, guard):
+def save_checkpoint(trainer, path, extra, guard, budget=None):
     """Write ``trainer``'s run to ``path`` with signals held back until the file is
     complete; CommandError (the previous file unchanged) when it cannot be written."""
     with guard.deferred():
         try:
             return trainer.save(path, **extra)
         except OSError as error:
-            raise CommandError(f"could not write the checkpoint {path} ({describe(error)}); "
-                               "a checkpoint already there is unchanged") from None
+            raise CommandError(f"could not write the checkpoint of step {trainer.step} "
+                               f"({describe(error)}); {kept(trainer, path, budget)}") from None
 
 
 def resume_hint(path, changes="", budget=None):
@@ -94,10 +94,10 @@ def failure(error, trainer, path, extra, guard, budget=None):
         return _diverged(error, trainer, path, lr, budget)
     if not trainer.consistent:
         return CommandError(f"{describe(error)} during the update of step {trainer.step + 1},"
-                            f" which left the weights half-updated; nothing was saved over "
-                            f"{path}")
+                            f" which may have left the weights half-updated; "
+                            f"{kept(trainer, path, budget)}")
     try:
-        save_checkpoint(trainer, path, extra, guard)
+        save_checkpoint(trainer, path, extra, guard, budget)
     except CommandError as unsaved:
         return CommandError(f"{describe(error)} after step {trainer.step}, and {unsaved}")
     except BlockLost as lost:

@@ -413,7 +413,8 @@ class _Loop:
         self.bar.write(text, file=self.out)
 
     def save(self):
-        save_checkpoint(self.trainer, self.args.checkpoint, self.r.extra, self.guard)
+        save_checkpoint(self.trainer, self.args.checkpoint, self.r.extra, self.guard,
+                        self.args.steps)
 
     def periodic(self):
         """A periodic checkpoint; then, in a distributed run that more workers have

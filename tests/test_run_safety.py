@@ -205,9 +205,21 @@ def test_an_error_whose_save_fails_says_both(corpus, tmp_path, capsys, monkeypat
     assert main(train(corpus, ckpt, "--steps", "5")) == 1
     line = stderr_line(capsys)
     assert line == ("fastbptt train: out of memory (Unable to allocate 4 GiB) after step 1, "
-                    f"and could not write the checkpoint {ckpt} (No space left on device); "
-                    "a checkpoint already there is unchanged")
+                    "and could not write the checkpoint of step 1 (No space left on device); "
+                    f"nothing was saved over {ckpt}")
     assert not ckpt.exists() and os.listdir(tmp_path) == ["tiny.txt"]
+    monkeypatch.undo()
+    assert main(train(corpus, ckpt, "--steps", "2")) == 0       # a checkpoint to keep
+    before = ckpt.read_bytes()
+    calls.clear()
+    monkeypatch.setattr(Trainer, "train_step", fail_at_step_2)
+    assert main(train(corpus, ckpt, "--steps", "5", "--resume")) == 1
+    assert stderr_line(capsys) == (
+        "fastbptt train: out of memory (Unable to allocate 4 GiB) after step 3, and could not "
+        f"write the checkpoint of step 3 (No space left on device); nothing was saved over "
+        f"{ckpt}, which holds step 2: `fastbptt train --resume --checkpoint {ckpt} --steps 5` "
+        "continues from it")
+    assert ckpt.read_bytes() == before
 
 
 def test_a_closed_stdout_saves_the_run_and_exits_1(corpus):
