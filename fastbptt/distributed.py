@@ -64,6 +64,7 @@ __all__ = ["Workers", "DaskBlocks", "EXTRA"]
 
 EXTRA = "pip install 'fastbptt[distributed]'"
 POLL = 1.0              # seconds between checks that the workers of a step are still there
+GRACE = 10.0            # seconds a step may go on after a signal before it is given up on
 ALIGN = 64              # bytes: where each array starts in a flat buffer
 
 
@@ -280,6 +281,10 @@ class DaskBlocks:
     def __init__(self, client, addresses, rows, layout, mapping=None):
         self.client, self.addresses, self.rows, self.layout = client, addresses, rows, layout
         self.futures, self.actors, self.mapping = [], [], mapping
+        # the signal the command holds back (`Workers.stopped`), and since when this
+        # object has seen it: a step that answers finishes (and is saved), one that
+        # waits GRACE seconds more for a worker that does not answer is given up on
+        self.stopped, self._seen = (lambda: None), None
         self.listener = None if mapping is None else Listener(len(addresses))
         self._out = layout.empty() if mapping is None else mapping.part(0)
         self._sum = layout.empty()
@@ -295,6 +300,16 @@ class DaskBlocks:
             raise NothingToSave(f"lost the connection to the Dask scheduler "
                                 f"({error})") from None
 
+    def _given_up(self):
+        """The held signal's number once a step has waited GRACE seconds past it, else
+        None."""
+        signum = self.stopped()
+        if signum is None:
+            return None
+        now = time.monotonic()
+        self._seen = now if self._seen is None else self._seen
+        return signum if now - self._seen >= GRACE else None
+
     async def _gather(self, calls):
         tasks = [asyncio.ensure_future(_result(call)) for call in calls]
         try:
@@ -305,6 +320,8 @@ class DaskBlocks:
                         raise BlockLost(address)          # its connection failed
                 if not pending:
                     return [t.result() for t in tasks]
+                if self._given_up() is not None:        # raised as Interrupted by `call`,
+                    return None                         # outside the client's event loop
                 alive = await self._alive()
                 for address, task in zip(self.addresses, tasks):
                     if not task.done() and address not in alive:
@@ -322,10 +339,17 @@ class DaskBlocks:
                 calls.append(getattr(actor, method)(*args))
             except RuntimeError:            # Dask knows already: "Worker holding Actor was lost"
                 raise BlockLost(address) from None
-        return self.client.sync(self._gather, calls)
+        results = self.client.sync(self._gather, calls)
+        if results is None:
+            raise Interrupted(self._given_up())
+        return results
 
     def _check(self):
-        """`BlockLost` if a worker that holds a block has left the cluster."""
+        """`BlockLost` if a worker that holds a block has left the cluster; `Interrupted`
+        once a signal has waited GRACE seconds for the step."""
+        signum = self._given_up()
+        if signum is not None:
+            raise Interrupted(signum)
         alive = self.client.sync(self._alive)
         for address in self.addresses:
             if address not in alive:
@@ -534,6 +558,7 @@ class Workers:
         layout = Layout(params)
         mapping = Mapping.create(layout, len(chosen)) if self.shared else None
         blocks = DaskBlocks(self.client, chosen, rows, layout, mapping)
+        blocks.stopped = lambda: self.stopped()     # as the command sets it, now or later
         flat = layout.pack(params, blocks._out)
         small = np.uint8 if ids.max(initial=0) < 256 else np.int32
         try:

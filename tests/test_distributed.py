@@ -1,6 +1,7 @@
 """Data-parallel training on a real local Dask cluster (SPEC.md §9): the same numbers as one
 process over the same cursors, checkpoints that resume on any number of workers, a
 worker killed mid-run, and a cluster started with Dask's own commands."""
+import contextlib
 import os
 import re
 import signal
@@ -143,6 +144,39 @@ def test_a_killed_worker_costs_the_steps_since_the_last_checkpoint(tmp_path):
                      outcome.out), outcome     # the one left, or with its restarted twin
     done = checkpoint.load(tmp_path / "k.npz")
     assert done.step == 1500 and done.history["loss"].size == 1500
+
+
+def test_a_signal_while_a_step_waits_for_a_hung_worker_ends_the_run(tmp_path):
+    """A stopped worker stays in the cluster (for its heartbeats' 5 minutes), so the step
+    waits for it; the run ignored Ctrl-C, SIGTERM and all until then. Now the step goes on
+    for at most GRACE seconds after a signal, and the last checkpoint stays."""
+    write_corpus(tmp_path)
+    proc = start(["train", "tiny.txt", *SMALL, "--sample-every", "0", "--steps", "100000",
+                  "--workers", "2", "--checkpoint-every", "100", "--checkpoint", "h.npz"],
+                 tmp_path)
+    pids = []
+    try:
+        wait_for_step(tmp_path / "h.npz", 100, proc)
+        pids = worker_pids(proc)
+        os.kill(pids[0], signal.SIGSTOP)
+        time.sleep(1.0)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        outcome = finish(proc)
+        took = time.monotonic() - sent
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+    assert outcome.status == 130, outcome
+    kept = checkpoint.load(tmp_path / "h.npz").step
+    assert outcome.err == (f"fastbptt train: interrupted by SIGINT while the run waited for "
+                           f"Dask workers; nothing was saved over h.npz, which holds step "
+                           f"{kept}: `fastbptt train --resume --checkpoint h.npz --steps "
+                           f"100000` continues from it\n"), outcome
+    assert took < distributed.GRACE + 30, took
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
