@@ -580,7 +580,9 @@ class Workers:
             blocks.actors = self._created(blocks.futures, chosen)
             if mapping is not None:
                 mapping.remove()                  # every worker has mapped it
-                blocks.listener.accept(_worker_wait(), alive=lambda: all(
+                # (placed actors connect at once: at least 5 POLL, whatever the wait for
+                # workers to join, which may be 0)
+                blocks.listener.accept(max(_worker_wait(), 5 * POLL), alive=lambda: all(
                     address in self.addresses() for address in chosen))
             blocks.call("warm")
         except (BlockLost, NothingToSave, Interrupted):

@@ -80,6 +80,18 @@ def test_two_workers_equal_one_process_and_resume_on_one_or_none(workers, tmp_pa
     on_one.close()
 
 
+def test_no_wait_for_workers_to_join_still_places_the_run(workers, monkeypatch):
+    """FASTBPTT_WORKER_WAIT=0 (allowed) was also the time given to the placed blocks to
+    connect to the run, so every run on a local cluster failed ("a block did not
+    connect")."""
+    monkeypatch.setenv("FASTBPTT_WORKER_WAIT", "0")
+    one, split = trainer("float64", "elman", 1), trainer("float64", "elman", 1,
+                                                         placement=workers.limited(2).place)
+    steps(one, split, n=2)
+    assert relative(split.params, one.params) <= TOLERANCE["float64"]
+    split.blocks.close()
+
+
 def test_bad_worker_counts_and_clients_are_refused_naming_them(workers):
     for bad, error in ((0, ValueError), (-1, ValueError), (True, TypeError), (2.5, TypeError),
                        ("2", TypeError)):
