@@ -419,6 +419,7 @@ class Workers:
         if want is not None:
             want = _count("want", want)
         self.client, self.cluster, self.want = client, cluster, want
+        self._owner = True                 # `close` closes the client (not a `limited` view)
         self.shared = shared               # the workers share this machine's memory
         self.placed = 0                    # workers the last placement used
         # the signal a command received and holds back (None: none), which ends a wait
@@ -479,6 +480,9 @@ class Workers:
         settings apply: TLS with ``tls://`` addresses and the configured certificates).
         ConnectionError saying why when Dask cannot connect. ``quiet``: no log lines from
         Dask in this process."""
+        if not isinstance(address, str):   # None would start a default cluster of Dask's
+            raise TypeError(f"address must be a scheduler's address, a str such as "
+                            f"'tcp://127.0.0.1:8786'; got {type(address).__name__}")
         if quiet:
             _silence()
         failed = None
@@ -500,7 +504,9 @@ class Workers:
     def limited(self, n, *, shared=True):
         """The same cluster's workers, at most ``n`` of them, for another run (closing
         stays with this object); ``shared=False``: buffers in messages even on one machine."""
-        return Workers(self.client, want=n, shared=self.shared and shared)
+        view = Workers(self.client, want=n, shared=self.shared and shared)
+        view._owner = False
+        return view
 
     def __enter__(self):
         return self
@@ -509,6 +515,10 @@ class Workers:
         self.close()
 
     def close(self):
+        """Close the client and the local cluster this object made (a `limited` view
+        closes nothing: they stay with the object it came from)."""
+        if not self._owner:
+            return
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
@@ -549,6 +559,11 @@ class Workers:
     def place(self, ids, batch, recipe, params, carried, step):
         """`DaskBlocks` of ``batch`` cursors over ``ids``, one contiguous block per worker;
         `NothingToSave` when no worker joins within ``FASTBPTT_WORKER_WAIT`` seconds."""
+        if not (isinstance(ids, np.ndarray) and ids.dtype.kind in "iu"):
+            raise TypeError(f"ids must be an array of integer token ids; got "
+                            f"{getattr(ids, 'dtype', type(ids).__name__)}")
+        if ids.size and ids.min() < 0:
+            raise ValueError(f"ids must be token ids of 0 or more; got {ids.min()}")
         found = self._available(1 if self.placed else (self.want or 1), _worker_wait())
         if not found:
             raise NothingToSave(f"no Dask worker is left in the cluster and none joined "
@@ -590,9 +605,11 @@ class Workers:
             raise
         except Exception as error:
             blocks.close()
+            install = isinstance(error, ImportError) or "fastbptt" in str(error)
             raise NothingToSave(f"the Dask workers could not hold the run's cursors "
-                                f"({type(error).__name__}: {error}); they need fastbptt "
-                                f"{__version__} installed ({EXTRA})") from None
+                                f"({type(error).__name__}: {error})"
+                                + (f"; they need fastbptt {__version__} installed ({EXTRA})"
+                                   if install else "")) from None
         self.placed = len(chosen)
         return blocks
 

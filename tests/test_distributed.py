@@ -89,7 +89,7 @@ def test_no_wait_for_workers_to_join_still_places_the_run(workers, monkeypatch):
                                                          placement=workers.limited(2).place)
     steps(one, split, n=2)
     assert relative(split.params, one.params) <= TOLERANCE["float64"]
-    split.blocks.close()
+    split.close()
 
 
 def test_bad_worker_counts_and_clients_are_refused_naming_them(workers):
@@ -103,6 +103,18 @@ def test_bad_worker_counts_and_clients_are_refused_naming_them(workers):
                                         r"NoneType"):
         distributed.Workers(None)
     assert distributed.Workers(workers.client, want=np.int64(1)).want == 1
+    with pytest.raises(TypeError, match=r"^address must be a scheduler's address, a str "):
+        distributed.Workers.connect(None)       # it started a default cluster of Dask's
+    workers.limited(1).close()                  # closed the client it shares
+    assert len(workers.addresses()) == 2
+    recipe = trainer("float64", "elman", 1)
+    place = [recipe.train_ids, 2, recipe.recipe, recipe.params, recipe.carried, 0]
+    for ids, error, phrase in ((recipe.train_ids + 0.5, TypeError, "ids must be an array of "
+                                "integer token ids; got float64"),
+                               (recipe.train_ids - 4, ValueError, "ids must be token ids of "
+                                "0 or more; got -4")):
+        with pytest.raises(error, match=phrase):
+            workers.limited(1).place(ids, *place[1:])
 
 
 def test_blocks_in_one_process_add_up_to_one_block():
