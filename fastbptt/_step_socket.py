@@ -106,7 +106,7 @@ class Listener:
 
     def __init__(self, count):
         self.count = count
-        self.folder = tempfile.mkdtemp(prefix="fastbptt-", dir=_folder())
+        self.folder = tempfile.mkdtemp(prefix=f"fastbptt-{os.getpid()}-", dir=_folder())
         self.path = os.path.join(self.folder, "steps")
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(self.path)

@@ -145,7 +145,7 @@ def remove_stale_temporaries(path):
     removed = 0
     for entry in entries:
         match = pattern.fullmatch(entry)
-        if match and not _running(int(match[1])):
+        if match and not running(int(match[1])):
             try:
                 os.unlink(os.path.join(folder, entry))
                 removed += 1
@@ -154,7 +154,7 @@ def remove_stale_temporaries(path):
     return removed
 
 
-def _running(pid):
+def running(pid):
     """Whether process ``pid`` exists (this one included)."""
     if pid == os.getpid():
         return True

@@ -37,6 +37,8 @@ import logging
 import math
 import mmap
 import os
+import re
+import shutil
 import signal
 import sys
 import threading
@@ -58,6 +60,7 @@ from ._run_saves import NothingToSave
 from ._signals import Interrupted
 from ._step_socket import Closed, Listener, connect, serve
 from ._threads import ensure_default_threads
+from .checkpoint import running
 from .params import from_leaves, leaves
 
 __all__ = ["Workers", "DaskBlocks", "EXTRA"]
@@ -128,8 +131,8 @@ class Mapping:
     /dev/shm (memory, not disk): part 0 the model, part i + 1 worker i's gradient, each a
     `Layout` buffer starting on a page. The training process writes the model there before
     each step and reads the gradients after it, so a step's messages carry no arrays.
-    The file is removed once every worker has mapped it (`remove`); the mappings live on,
-    and nothing is left behind whatever happens to the processes."""
+    The file is removed once every worker has mapped it (`remove`); the mappings live on.
+    Where a process is killed outright before that, the next mapping removes the file."""
 
     FOLDER = "/dev/shm"
 
@@ -153,6 +156,7 @@ class Mapping:
     @classmethod
     def create(cls, layout, workers):
         """A new mapping for ``workers`` workers, or None where /dev/shm cannot hold it."""
+        _remove_stale(cls.FOLDER)
         path = os.path.join(cls.FOLDER, f"fastbptt-{os.getpid()}-{time.monotonic_ns()}")
         try:
             return cls(layout, workers + 1, path, create=True)
@@ -170,6 +174,28 @@ class Mapping:
 
     def __reduce__(self):                   # a worker maps the same file
         return Mapping, (self.layout, self.parts, self.path)
+
+
+def _remove_stale(folder):
+    """Remove what runs no longer running left in ``folder`` (/dev/shm): a mapping
+    (``fastbptt-PID-N``) or a socket's folder (``fastbptt-PID-XXXX``) outlives a process
+    killed outright (SIGKILL, the OOM killer) before it removed them. Only this user's."""
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return
+    for entry in entries:
+        match = re.fullmatch(r"fastbptt-(\d+)-\w+", entry)
+        path = os.path.join(folder, entry)
+        try:
+            if not match or running(int(match[1])) or os.lstat(path).st_uid != os.getuid():
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
 
 
 class _Block:

@@ -95,3 +95,26 @@ def test_workers_start_with_the_groups_signals_blocked():
     blocked = int(seen["child"], 16)
     assert all(blocked >> (s - 1) & 1 for s in group)
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+
+
+def test_what_a_killed_run_left_in_dev_shm_goes_at_the_next_mapping(tmp_path, monkeypatch):
+    """A run killed outright (SIGKILL, the OOM killer) while it placed its cursors left its
+    mapping and its socket's folder; the next run removes them, and nothing of a process
+    still running."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead, alive = int(done.stdout), os.getpid()
+    (tmp_path / f"fastbptt-{dead}-123456").write_bytes(b"x" * 100)
+    (tmp_path / f"fastbptt-{dead}-ab_cd12").mkdir()
+    (tmp_path / f"fastbptt-{dead}-ab_cd12" / "steps").write_text("")
+    kept = [f"fastbptt-{alive}-42", "fastbptt-other", "notes.txt"]
+    for name in kept:
+        (tmp_path / name).write_text("")
+    monkeypatch.setattr(distributed.Mapping, "FOLDER", str(tmp_path))
+    made = distributed.Mapping.create(distributed.Layout(fastbptt.init_params(5, 8, 5,
+                                                                              seed=0)), 1)
+    made.remove()
+    assert sorted(os.listdir(tmp_path)) == sorted(kept)
