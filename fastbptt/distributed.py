@@ -297,6 +297,12 @@ async def _result(future):
     return await future
 
 
+def _quietly(task):
+    """A done callback that takes a task's outcome, so that asyncio does not log it."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _ignore(unraisable):
     """An unraisablehook that prints nothing."""
 
@@ -606,10 +612,8 @@ class Workers:
             for i, (address, r, (part, segment, state)) in enumerate(zip(
                     chosen, rows, block_args(ids, batch, rows, carried))):
                 try:
-                    sent = self.client.scatter([part.astype(small), state]
-                                               + ([flat] if mapping is None else []),
-                                               workers=[address], direct=True, hash=False,
-                                               timeout=5 * POLL)
+                    sent = self._scatter([part.astype(small), state]
+                                         + ([flat] if mapping is None else []), address)
                 except (OSError, TimeoutError):
                     raise BlockLost(address) from None
                 blocks.futures.append(self.client.submit(
@@ -638,6 +642,20 @@ class Workers:
                                    if install else "")) from None
         self.placed = len(chosen)
         return blocks
+
+    def _scatter(self, data, address):
+        """Futures of ``data`` sent to the worker at ``address``; TimeoutError after
+        5 POLL (Dask's own timeout does not bound a direct send: to a worker that hangs
+        without leaving, it waited for good)."""
+        async def bounded():
+            send = asyncio.ensure_future(self.client.scatter(
+                data, workers=[address], direct=True, hash=False, asynchronous=True))
+            done, _ = await asyncio.wait([send], timeout=5 * POLL)
+            if not done:        # left to end with the connection (not cancelled: the
+                send.add_done_callback(_quietly)    # tasks Dask made for it would say so)
+                raise TimeoutError(f"the worker {address} did not take its block")
+            return send.result()
+        return self.client.sync(bounded)
 
     def _created(self, futures, addresses):
         """The actors of ``futures`` (one per address), once made; `BlockLost` when a

@@ -92,6 +92,23 @@ def test_no_wait_for_workers_to_join_still_places_the_run(workers, monkeypatch):
     split.close()
 
 
+def test_a_worker_that_hangs_while_the_run_is_placed_is_given_up_on():
+    """Dask's timeout does not bound a direct send: the placement waited for good for a
+    stopped worker, which Dask keeps in the cluster for the 5 minutes of its heartbeats."""
+    from fastbptt._cursors import BlockLost
+
+    with distributed.Workers.local(2) as cluster:
+        address, pid = sorted(cluster.client.run(os.getpid).items())[0]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            with pytest.raises(BlockLost, match=re.escape(address)):
+                trainer("float64", "elman", 1, placement=cluster.place)
+            assert time.monotonic() - began < 5 * distributed.POLL + 10
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+
 def test_bad_worker_counts_and_clients_are_refused_naming_them(workers):
     for bad, error in ((0, ValueError), (-1, ValueError), (True, TypeError), (2.5, TypeError),
                        ("2", TypeError)):
