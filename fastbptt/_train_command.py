@@ -244,7 +244,7 @@ def _start(args, given, say, claims):
     if resume is not None:
         _decay_note(options, trainer.step, args.steps, say)
     if workers is not None:
-        say(f"workers: {_placed(trainer)} {where}")
+        say(f"workers: {_placed(trainer, workers)} {where}")
     _warm_up(trainer, args, val_ids)                       # before the clock starts
     return _Run(options, trainer, codec, train_ids, val_ids, extra, workers)
 
@@ -302,11 +302,15 @@ def _trainer(args, options, train_ids, codec, resume, workers):
                                       f"checkpoint: {what}") from None
 
 
-def _placed(trainer):
-    """How the cursors are spread: "2 workers, 16 + 16 cursors"."""
+def _placed(trainer, workers):
+    """How the cursors are spread: "2 workers, 16 + 16 cursors", and the workers the
+    placement left out."""
     sizes = [b - a for a, b in trainer.blocks.rows]
+    notes = [] if workers is None else workers.notes
+    if workers is not None:
+        workers.notes = []
     return (f"{len(sizes)} worker{'s' if len(sizes) > 1 else ''}, "
-            f"{' + '.join(map(str, sizes))} cursors")
+            f"{' + '.join(map(str, sizes))} cursors" + "".join(f"; {n}" for n in notes))
 
 
 def _printer(out):
@@ -429,7 +433,7 @@ class _Loop:
         if workers is not None and workers.growth(self.r.options.batch) > 0:
             self.trainer.restore(self.trainer.last_saved)
             self.say(f"more Dask workers joined: the run goes on from its checkpoint of step "
-                     f"{self.trainer.step} on {_placed(self.trainer)}")
+                     f"{self.trainer.step} on {_placed(self.trainer, workers)}")
 
     def recover(self, lost):
         """Place the run again from its last checkpoint on the workers there are; say so."""
@@ -446,7 +450,7 @@ class _Loop:
         back = "its start" if trainer.last_saved is None else \
             f"its checkpoint of step {trainer.step}"
         self.say(f"{first} during step {step + 1}; the run goes on from {back} on "
-                 f"{_placed(trainer)}")
+                 f"{_placed(trainer, self.r.workers)}")
         if self.by_steps:
             self.bar.n = max(trainer.step - self.first_step, 0)
             self.bar.refresh()

@@ -452,6 +452,8 @@ class Workers:
             want = _count("want", want)
         self.client, self.cluster, self.want = client, cluster, want
         self._owner = True                 # `close` closes the client (not a `limited` view)
+        self.refused = set()               # workers that could not hold a block (version)
+        self.notes = []                    # what a placement says: the workers left out
         self.shared = shared               # the workers share this machine's memory
         self.placed = 0                    # workers the last placement used
         # the signal a command received and holds back (None: none), which ends a wait
@@ -565,12 +567,16 @@ class Workers:
                 " ".join(str(error).split()) or type(error).__name__
             raise NothingToSave(f"lost the connection to the Dask scheduler ({why})") from None
 
+    def _usable(self):
+        """The workers' addresses but those `refused`."""
+        return [address for address in self.addresses() if address not in self.refused]
+
     def _available(self, need, wait):
         """At least ``need`` workers' addresses, waiting up to ``wait`` seconds for them,
         else the ones there are (possibly none)."""
         deadline = time.monotonic() + wait
         while True:
-            found = self.addresses()
+            found = self._usable()
             if len(found) >= need or time.monotonic() > deadline:
                 return found
             self._still_waiting()
@@ -586,7 +592,7 @@ class Workers:
 
     def growth(self, batch):
         """How many more workers a new placement would use now."""
-        return min(len(self.addresses()), batch, self.want or batch) - self.placed
+        return min(len(self._usable()), batch, self.want or batch) - self.placed
 
     def place(self, ids, batch, recipe, params, carried, step):
         """`DaskBlocks` of ``batch`` cursors over ``ids``, one contiguous block per worker;
@@ -596,7 +602,8 @@ class Workers:
                             f"{getattr(ids, 'dtype', type(ids).__name__)}")
         if ids.size and ids.min() < 0:
             raise ValueError(f"ids must be token ids of 0 or more; got {ids.min()}")
-        found = self._available(1 if self.placed else (self.want or 1), _worker_wait())
+        need = 1 if self.placed else max((self.want or 1) - len(self.refused), 1)
+        found = self._available(need, _worker_wait())
         if not found:
             raise NothingToSave(f"no Dask worker is left in the cluster and none joined "
                                 f"within {_worker_wait():g} s")
@@ -634,8 +641,16 @@ class Workers:
             blocks.close()
             raise
         except Exception as error:
+            failed = [a for a, f in zip(chosen, blocks.futures) if f.status == "error"]
             blocks.close()
             install = isinstance(error, ImportError) or "fastbptt" in str(error)
+            if install and failed and len(self._usable()) > len(failed):
+                # a worker without the run's fastbptt (one that joined later, say): the
+                # others take the run
+                self.refused.update(failed)
+                self.notes += [f"the worker {a} was left out ({type(error).__name__}: "
+                               f"{error})" for a in failed]
+                return self.place(ids, batch, recipe, params, carried, step)
             raise NothingToSave(f"the Dask workers could not hold the run's cursors "
                                 f"({type(error).__name__}: {error})"
                                 + (f"; they need fastbptt {__version__} installed ({EXTRA})"

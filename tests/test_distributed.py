@@ -109,6 +109,26 @@ def test_a_worker_that_hangs_while_the_run_is_placed_is_given_up_on():
             os.kill(pid, signal.SIGCONT)
 
 
+def test_a_worker_of_another_version_is_left_out_and_the_others_take_the_run():
+    """A worker without the run's fastbptt that joined a cluster mid-run ended a healthy
+    run at its next placement (after a checkpoint: "more Dask workers joined")."""
+    with distributed.Workers.local(2) as cluster:
+        bad, good = cluster.addresses()
+        cluster.client.run(lambda: setattr(__import__("fastbptt.distributed").distributed,
+                                           "__version__", "0.0.9"), workers=[bad])
+        run = trainer("float64", "elman", 1, placement=cluster.place)
+        assert run.blocks.addresses == [good] and cluster.refused == {bad}
+        assert cluster.notes == [f"the worker {bad} was left out (RuntimeError: this worker "
+                                 f"has fastbptt 0.0.9, the run fastbptt "
+                                 f"{distributed.__version__}; install the same version "
+                                 f"everywhere)"]
+        assert cluster.growth(7) == 0                   # not placed again and again
+        one = trainer("float64", "elman", 1)
+        steps(run, one, n=2)
+        assert relative(run.params, one.params) <= TOLERANCE["float64"]
+        run.close()
+
+
 def test_bad_worker_counts_and_clients_are_refused_naming_them(workers):
     for bad, error in ((0, ValueError), (-1, ValueError), (True, TypeError), (2.5, TypeError),
                        ("2", TypeError)):

@@ -51,7 +51,7 @@ def test_a_wait_for_workers_ends_at_a_signal_the_command_received():
 
     workers = object.__new__(distributed.Workers)
     workers.addresses = lambda: ["tcp://127.0.0.1:1"]
-    workers.stopped = lambda: None
+    workers.stopped, workers.refused = (lambda: None), set()
     began = time.monotonic()
     assert workers._available(2, 0.3) == ["tcp://127.0.0.1:1"]      # waited it out
     assert time.monotonic() - began >= 0.3
