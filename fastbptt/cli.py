@@ -232,7 +232,11 @@ def _checkpoint_every(text):
 
 
 def _address(text):
-    if "://" not in text and ":" not in text:
+    """A scheduler's address: protocol://host[:port] or host:port, a port in [1, 65535]."""
+    rest = text.split("://", 1)[-1]
+    port = rest.rpartition(":")[2] if ":" in rest and not rest.endswith("]") else None
+    if ("://" not in text and port is None) or not rest or \
+            (port is not None and not (port.isdigit() and 0 < int(port) < 65536)):
         raise argparse.ArgumentTypeError(f"must be a scheduler's address such as "
                                          f"tcp://host:8786; got {text!r}")
     return text

@@ -6,10 +6,11 @@
     from fastbptt.distributed import Workers
     from fastbptt.train import TrainOptions, Trainer
 
-    with Workers.local(2) as workers:                  # or Workers.connect("tcp://host:8786")
-        trainer = Trainer(TrainOptions(batch=64), ids, codec, placement=workers.place)
-        for _ in range(100):
-            trainer.train_step()
+    if __name__ == "__main__":    # a local cluster's workers start by importing this file
+        with Workers.local(2) as workers:              # or Workers.connect("tcp://host:8786")
+            trainer = Trainer(TrainOptions(batch=64), ids, codec, placement=workers.place)
+            for _ in range(100):
+                trainer.train_step()
 
 The run's B cursors are cut into contiguous blocks, one per worker
 (`fastbptt._cursors.CursorBlock`), each held on its worker as a Dask actor with its rows of

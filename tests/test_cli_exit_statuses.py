@@ -86,6 +86,12 @@ USAGE = [
     (["train", "tiny.txt", *SMALL, "--lr-final", "1.5"], "argument --lr-final"),
     (["train", "tiny.txt", *SMALL, "--seed", "-1"], "argument --seed"),
     (["train", "tiny.txt", *SMALL, "--hiden", "8"], "unrecognized arguments: --hiden"),
+    (["train", "tiny.txt", *SMALL, "--scheduler", "foo:bar"],
+     "argument --scheduler: must be a scheduler's address such as tcp://host:8786; got "
+     "'foo:bar'"),
+    (["train", "tiny.txt", *SMALL, "--scheduler", "tcp://127.0.0.1:99999"],
+     "argument --scheduler: must be a scheduler's address such as tcp://host:8786; got "
+     "'tcp://127.0.0.1:99999'"),
     (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "good.npz", "--hidden", "9"],
      "--resume: the checkpoint has --hidden 8, the command line 9", PROCESS),
     (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "good.npz", "--lr", "1e39"],
