@@ -310,7 +310,8 @@ def _placed(trainer, workers):
     if workers is not None:
         workers.notes = []
     return (f"{len(sizes)} worker{'s' if len(sizes) > 1 else ''}, "
-            f"{' + '.join(map(str, sizes))} cursors" + "".join(f"; {n}" for n in notes))
+            f"{' + '.join(map(str, sizes))} cursor{'s' if sum(sizes) > 1 else ''}"
+            + "".join(f"; {n}" for n in notes))
 
 
 def _printer(out):

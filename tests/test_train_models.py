@@ -147,3 +147,18 @@ def test_a_checkpoint_from_before_stacks_resumes_as_one_elman_layer(corpus, tmp_
     with np.load(ckpt) as data:
         meta = json.loads(str(data["meta"]))
     assert meta["format"] == checkpoint.FORMAT and meta["options"]["cell"] == "elman"
+
+
+def test_the_workers_line_counts_cursors_in_the_singular_too():
+    from types import SimpleNamespace
+
+    from fastbptt._train_command import _placed
+
+    def placed(rows, notes=()):
+        workers = SimpleNamespace(notes=list(notes))
+        line = _placed(SimpleNamespace(blocks=SimpleNamespace(rows=rows)), workers)
+        assert workers.notes == []                      # said once
+        return line
+
+    assert placed([(0, 1)]) == "1 worker, 1 cursor"             # it said "1 cursors"
+    assert placed([(0, 2), (2, 3)], ["x left out"]) == "2 workers, 2 + 1 cursors; x left out"
