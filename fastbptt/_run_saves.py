@@ -54,7 +54,7 @@ class Schedule:
         self.last_step, self.last_time, self.least = step, now, self.floor * took
 
 
-def save_checkpoint(trainer, path, extra, guard, budget=None):
+def save_checkpoint(trainer, path, extra, guard, again=""):
     """Write ``trainer``'s run to ``path`` with signals held back until the file is
     complete; CommandError (the previous file unchanged) when it cannot be written."""
     with guard.deferred():
@@ -62,53 +62,53 @@ def save_checkpoint(trainer, path, extra, guard, budget=None):
             return trainer.save(path, **extra)
         except OSError as error:
             raise CommandError(f"could not write the checkpoint of step {trainer.step} "
-                               f"({describe(error)}); {kept(trainer, path, budget)}") from None
+                               f"({describe(error)}); {kept(trainer, path, again)}") from None
 
 
-def resume_hint(path, changes="", budget=None):
-    """The command that continues the run saved in ``path``: with ``--steps budget``
-    when the run had one (a checkpoint keeps the model's options, not the budget of the
-    invocation that wrote it), and ``changes``."""
-    steps = "" if budget is None else f" --steps {budget}"
-    return f"`fastbptt train --resume --checkpoint {shlex.quote(str(path))}{steps}{changes}`"
+def resume_hint(path, changes="", again=""):
+    """The command that continues the run saved in ``path``, with ``again``, the options
+    of the invocation it repeats (`_train_command.repeated`: a checkpoint keeps the
+    model's options, not the invocation's), and ``changes``."""
+    return (f"`fastbptt train --resume --checkpoint {shlex.quote(str(path))}"
+            f"{' ' + again if again else ''}{changes}`")
 
 
-def kept(trainer, path, budget):
+def kept(trainer, path, again):
     """What is left when nothing could be saved: the last checkpoint, and how to resume."""
     saved = trainer.last_saved
     return f"nothing was saved over {path}" + (
-        f", which holds step {saved.step}: {resume_hint(path, budget=budget)} continues from it"
+        f", which holds step {saved.step}: {resume_hint(path, again=again)} continues from it"
         if saved is not None else "")
 
 
-def failure(error, trainer, path, extra, guard, budget=None):
+def failure(error, trainer, path, extra, guard, again=""):
     """The CommandError to raise for ``error`` from inside the training loop, after saving
-    the last good state when the trainer holds one; ``budget``: the run's --steps."""
+    the last good state when the trainer holds one; ``again``: as for `resume_hint`."""
     lr = trainer.options.lr
     if isinstance(error, NothingToSave):
-        return CommandError(f"{error}; {kept(trainer, path, budget)}")
+        return CommandError(f"{error}; {kept(trainer, path, again)}")
     if trainer.blocks is None:          # a placement failed: no cursors, no state to save
         return CommandError(f"{describe(error)} while the run was placed again; "
-                            f"{kept(trainer, path, budget)}")
+                            f"{kept(trainer, path, again)}")
     if isinstance(error, Diverged):
-        return _diverged(error, trainer, path, lr, budget)
+        return _diverged(error, trainer, path, lr, again)
     if not trainer.consistent:
         return CommandError(f"{describe(error)} during the update of step {trainer.step + 1},"
                             f" which may have left the weights half-updated; "
-                            f"{kept(trainer, path, budget)}")
+                            f"{kept(trainer, path, again)}")
     try:
-        save_checkpoint(trainer, path, extra, guard, budget)
+        save_checkpoint(trainer, path, extra, guard, again)
     except CommandError as unsaved:
         return CommandError(f"{describe(error)} after step {trainer.step}, and {unsaved}")
     except BlockLost as lost:
         return CommandError(f"{describe(error)} after step {trainer.step}, and {lost} before "
-                            f"its cursors' states were saved; {kept(trainer, path, budget)}")
+                            f"its cursors' states were saved; {kept(trainer, path, again)}")
     return CommandError(f"{describe(error)} after step {trainer.step}; the state after "
-                        f"that step is saved in {path}, and {resume_hint(path, budget=budget)} "
+                        f"that step is saved in {path}, and {resume_hint(path, again=again)} "
                         "continues from it")
 
 
-def _diverged(error, trainer, path, lr, budget):
+def _diverged(error, trainer, path, lr, again):
     """The line for `Diverged`: nothing is saved (its docstring says why), and the last
     checkpoint is the way back when it lies before the step that failed."""
     if error.applied:
@@ -126,7 +126,7 @@ def _diverged(error, trainer, path, lr, budget):
         return CommandError(
             f"the run diverged: {what}; {path} keeps step {saved.step}: resume from it with a "
             f"lower learning rate or gradient clipping, e.g. "
-            f"{resume_hint(path, change, budget)}, or start a new run with them")
+            f"{resume_hint(path, change, again)}, or start a new run with them")
     kept = "" if saved is None else f" ({path} keeps step {saved.step}, just before it)"
     return CommandError(f"the run diverged: {what}{kept}; start a new run with a lower "
                         f"learning rate or gradient clipping, e.g.{change}")

@@ -314,6 +314,25 @@ def _placed(trainer, workers):
             + "".join(f"; {n}" for n in notes))
 
 
+# what a resumed run repeats of an invocation, where it differs from the default: its
+# samples and estimates draw from the run's RNG and fill its history
+_REPEATED = (("--sample-every", "sample_every"), ("--sample-chars", "sample_chars"),
+             ("--temperature", "temperature"), ("--eval-chars", "eval_chars"))
+
+
+def repeated(args):
+    """The options of this invocation that a resumed run repeats to go on as this one
+    would have: --steps (a checkpoint keeps the model's options, not the invocation's)
+    and those of the samples and estimates that differ from their defaults."""
+    from .cli import build_parser
+
+    command = build_parser().commands["train"]
+    again = [] if args.steps is None else [f"--steps {args.steps}"]
+    again += [f"{option} {getattr(args, name)!r}" for option, name in _REPEATED
+              if getattr(args, name) != command.get_default(name)]
+    return " ".join(again)
+
+
 def _printer(out):
     return lambda *a: print(*a, file=out, flush=True)
 
@@ -326,6 +345,7 @@ class _Loop:
         from tqdm import tqdm
 
         self.args, self.r, self.guard, self.out = args, r, guard, out
+        self.again = repeated(args)
         self.trainer, options = r.trainer, r.options
         self.target = args.steps
         self.budget = args.time
@@ -419,7 +439,7 @@ class _Loop:
 
     def save(self):
         save_checkpoint(self.trainer, self.args.checkpoint, self.r.extra, self.guard,
-                        self.args.steps)
+                        self.again)
 
     def periodic(self):
         """A periodic checkpoint; then, in a distributed run that more workers have
@@ -464,7 +484,7 @@ class _Loop:
             self._finish()
         except Interrupted as stop:
             raise Interrupted(stop.signum, f"while the run waited for Dask workers; "
-                              f"{kept(self.trainer, self.args.checkpoint, self.args.steps)}"
+                              f"{kept(self.trainer, self.args.checkpoint, self.again)}"
                               ) from None
 
     def _finish(self):
@@ -473,12 +493,12 @@ class _Loop:
                 self.run()
             except NothingToSave as error:
                 raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
-                              self.guard, self.args.steps) from None
+                              self.guard, self.again) from None
             except CommandError:
                 raise
             except Exception as error:
                 raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
-                              self.guard, self.args.steps) from None
+                              self.guard, self.again) from None
             self.r.chars, self.r.elapsed = self.chars, time.perf_counter() - self.start
             try:
                 self.save()
@@ -488,7 +508,7 @@ class _Loop:
                     self.recover(lost)
                 except Exception as error:
                     raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
-                                  self.guard, self.args.steps) from None
+                                  self.guard, self.again) from None
 
 
 def _train(args, r, guard, out):
@@ -511,7 +531,7 @@ def _train(args, r, guard, out):
         return None
     say(f"interrupted at step {trainer.step} ({guard.name}) after {r.elapsed:.1f} s; "
         f"checkpoint saved to {os.path.abspath(args.checkpoint)}; continue with "
-        f"{resume_hint(args.checkpoint, budget=args.steps)}")
+        f"{resume_hint(args.checkpoint, again=repeated(args))}")
     return guard.status
 
 

@@ -29,7 +29,7 @@ def test_a_claim_holds_when_the_disk_cannot_take_the_holders_process_id(tmp_path
 
 @pytest.mark.parametrize("path", ["run.npz", "sp ace.npz", "it's.npz", "a;b.npz"])
 def test_the_resume_command_reads_back_as_its_path(path):
-    hint = resume_hint(path, budget=1500)
+    hint = resume_hint(path, again="--steps 1500")
     assert hint.startswith("`") and hint.endswith("`")
     words = shlex.split(hint[1:-1])
     assert words == ["fastbptt", "train", "--resume", "--checkpoint", path, "--steps", "1500"]

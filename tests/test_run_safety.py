@@ -175,7 +175,7 @@ def test_a_failed_sample_saves_the_run_and_resume_continues(corpus, tmp_path, ca
     line = stderr_line(capsys)
     assert line == (f"fastbptt train: the sampler broke after step 3; the state after that "
                     f"step is saved in {ckpt}, and `fastbptt train --resume --checkpoint "
-                    f"{ckpt} --steps 9` continues from it")
+                    f"{ckpt} --steps 9 --sample-every 3` continues from it")
     assert checkpoint.load(ckpt).step == 3
     monkeypatch.setenv("FASTBPTT_TRACEBACK", "1")             # where the error came from
     assert main(args + ["--steps", "9", "--overwrite"]) == 1
@@ -217,8 +217,8 @@ def test_an_error_whose_save_fails_says_both(corpus, tmp_path, capsys, monkeypat
     assert stderr_line(capsys) == (
         "fastbptt train: out of memory (Unable to allocate 4 GiB) after step 3, and could not "
         f"write the checkpoint of step 3 (No space left on device); nothing was saved over "
-        f"{ckpt}, which holds step 2: `fastbptt train --resume --checkpoint {ckpt} --steps 5` "
-        "continues from it")
+        f"{ckpt}, which holds step 2: `fastbptt train --resume --checkpoint {ckpt} --steps 5 "
+        "--sample-every 0` continues from it")
     assert ckpt.read_bytes() == before
 
 

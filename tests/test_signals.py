@@ -100,8 +100,35 @@ def test_the_line_of_an_interrupted_run_of_some_steps_resumes_it_to_them(folder)
     outcome = finish(proc)
     assert outcome.status == STATUS[signal.SIGTERM], outcome
     assert outcome.out.rstrip().endswith(
-        "continue with `fastbptt train --resume --checkpoint some-steps.npz --steps 900000`"), \
+        "continue with `fastbptt train --resume --checkpoint some-steps.npz --steps 900000 "
+        "--sample-every 0`"), \
         outcome
+
+
+def test_the_line_of_an_interrupted_run_repeats_its_samples_options(folder):
+    """Samples draw from the run's RNG and estimates fill its history: the command the
+    line gives repeats the options that set them (it gave --steps alone, so the resumed
+    run drew its samples at other steps and ended with another RNG state)."""
+    options = ["--steps", "6000", "--sample-every", "500", "--sample-chars", "20",
+               "--temperature", "0.5", "--eval-chars", "200"]
+    whole = finish(start(["train", "tiny.txt", *SMALL, *options, "--checkpoint", "w.npz"],
+                         folder))
+    assert whole.status == 0, whole
+    proc = start(["train", "tiny.txt", *SMALL, *options, "--checkpoint", "p.npz"], folder)
+    read_until(proc, "training to step 6,000")
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    outcome = finish(proc)
+    assert outcome.status == 143, outcome
+    command = outcome.out.rstrip().rsplit("continue with `", 1)[1].rstrip("`").split()
+    assert command == ["fastbptt", "train", "--resume", "--checkpoint", "p.npz", *options]
+    assert 0 < checkpoint.load(folder / "p.npz").step < 6000
+    resumed = finish(start(command[1:], folder))
+    assert resumed.status == 0, resumed
+    a, b = checkpoint.load(folder / "w.npz"), checkpoint.load(folder / "p.npz")
+    assert a.step == b.step == 6000 and a.rng_state == b.rng_state
+    np.testing.assert_array_equal(a.history["evals"], b.history["evals"])
+    np.testing.assert_array_equal(a.params.W, b.params.W)
 
 
 @pytest.mark.parametrize("signum,resume", [
