@@ -531,7 +531,7 @@ def _train(args, r, guard, out):
         return None
     say(f"interrupted at step {trainer.step} ({guard.name}) after {r.elapsed:.1f} s; "
         f"checkpoint saved to {os.path.abspath(args.checkpoint)}; continue with "
-        f"{resume_hint(args.checkpoint, again=repeated(args))}")
+        f"{resume_hint(args.checkpoint, again=loop.again)}")
     return guard.status
 
 

@@ -77,19 +77,17 @@ def _autocast(module, input, hx):
     return input, hx
 
 
-_UNTRACED = {}
+_UNTRACED = []
 
 
-def _untraced(fn):
-    """``fn``, or, while ``torch.compile`` traces, ``fn`` behind ``torch.compiler.disable``
-    (made when first needed: that imports Dynamo, a second that a program which does not
-    compile need not spend). Dynamo cannot trace into Numba, and the frames it resumes
-    after such a break read ``.grad`` of the non-leaf tensors they hold, a warning."""
-    if not torch.compiler.is_compiling():
-        return fn
-    if fn not in _UNTRACED:
-        _UNTRACED[fn] = torch.compiler.disable(fn)
-    return _UNTRACED[fn]
+def _untraced_forward():
+    """`_Bridge._forward` behind ``torch.compiler.disable``, made when first compiled: that
+    imports Dynamo, a second that a program which does not compile need not spend. Dynamo
+    cannot trace into Numba, and the frames it resumes after such a break read ``.grad``
+    of the non-leaf tensors they hold, a warning."""
+    if not _UNTRACED:
+        _UNTRACED.append(torch.compiler.disable(_Bridge._forward))
+    return _UNTRACED[0]
 
 
 def _check_ids(module, ids, where="input"):
@@ -177,7 +175,9 @@ class _Bridge:
     def forward(self, input, hx=None):
         """PyTorch's ``forward``; see ``torch.nn.RNN``, ``GRU``, ``LSTM``. Under
         ``torch.compile`` it runs whole between the graphs compiled."""
-        return _untraced(_Bridge._forward)(self, input, hx)
+        if torch.compiler.is_compiling():
+            return _untraced_forward()(self, input, hx)
+        return self._forward(input, hx)
 
     def _forward(self, input, hx):
         """`forward` itself."""
