@@ -16,6 +16,7 @@ import codecs
 import difflib
 import io
 import os
+import re
 import sys
 import time
 
@@ -358,10 +359,36 @@ def _add_train(commands):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser, whose errors are one line (no usage block), with status 2."""
+    """argparse's parser, whose errors are one line (no usage block), with status 2.
+
+    ``given`` is the command line it parses, for the hint on a value that begins with
+    '-'; ``implicit`` marks demo's parser where the command line named no command.
+    """
+
+    given = ()
+    implicit = False
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: {message}; see `{self.prog} -h`\n")
+        hint = _dash_hint(message, self.given)
+        if self.implicit:
+            self.exit(2, f"fastbptt: {message}{hint}; without a command fastbptt runs "
+                         f"demo: see `fastbptt demo -h`, and `fastbptt -h` for the "
+                         f"commands\n")
+        self.exit(2, f"{self.prog}: {message}{hint}; see `{self.prog} -h`\n")
+
+
+def _dash_hint(message, given):
+    """Where an option got no value because the value begins with '-' (``--time -5m``,
+    which argparse reads as an option), how to write it."""
+    found = re.fullmatch(r"argument (\S+?)(?:/\S+)?: expected one argument", message)
+    if found is None:
+        return ""
+    option = found.group(1)
+    for i, arg in enumerate(given[:-1]):
+        if arg == option and given[i + 1].startswith("-"):
+            return (f"; a value that begins with '-' is written "
+                    f"{option}={given[i + 1]}")
+    return ""
 
 
 COMMANDS = ("demo", "bench", "train", "sample")
@@ -507,10 +534,14 @@ def main(argv=None):
               f"{f' (did you mean {close[0]!r}?)' if close else ''}; the commands are "
               f"{', '.join(COMMANDS)}; see `fastbptt -h`", file=sys.stderr)
         return 2
-    if not argv or argv[0] not in COMMANDS + ("-h", "--help", "--version"):
+    implicit = not argv or argv[0] not in COMMANDS + ("-h", "--help", "--version")
+    if implicit:
         argv = ["demo"] + argv                  # demo is the default: `fastbptt --steps 20`
     try:                                        # bench's --workloads imports NumPy
         parser = build_parser()
+        for each in (parser, *parser.commands.values()):
+            each.given = argv
+        parser.commands["demo"].implicit = implicit
         args, unknown = parser.parse_known_args(argv)
     except KeyboardInterrupt:
         return interrupted("fastbptt")

@@ -86,6 +86,14 @@ USAGE = [
     (["train", "tiny.txt", *SMALL, "--lr-final", "1.5"], "argument --lr-final"),
     (["train", "tiny.txt", *SMALL, "--seed", "-1"], "argument --seed"),
     (["train", "tiny.txt", *SMALL, "--hiden", "8"], "unrecognized arguments: --hiden"),
+    (["train", "tiny.txt", *SMALL, "--checkpoint-every", "-3s"],     # read as an option
+     "argument --checkpoint-every: expected one argument; a value that begins with '-' is "
+     "written --checkpoint-every=-3s"),
+    (["train", "tiny.txt", *SMALL, "--checkpoint-every=-3s"],
+     "argument --checkpoint-every: must be N steps"),
+    (["sample", "good.npz", "--prime", "-QZ"],
+     "argument --prime: expected one argument; a value that begins with '-' is written "
+     "--prime=-QZ"),
     (["train", "tiny.txt", *SMALL, "--scheduler", "foo:bar"],
      "argument --scheduler: must be a scheduler's address such as tcp://host:8786; got "
      "'foo:bar'"),
@@ -160,6 +168,14 @@ def test_an_unknown_command_is_named_with_the_commands_and_version_answers(folde
     assert typo.one_line("fastbptt: ") == (
         "fastbptt: unknown command 'smaple' (did you mean 'sample'?); the commands are demo, "
         "bench, train, sample; see `fastbptt -h`")
+    bogus = in_process(["--bogus"], capsys)         # demo's parser, without its name
+    assert bogus.status == 2 and bogus.one_line("fastbptt: ") == (
+        "fastbptt: unrecognized arguments: --bogus; without a command fastbptt runs demo: "
+        "see `fastbptt demo -h`, and `fastbptt -h` for the commands")
+    steps = in_process(["--steps", "0"], capsys)
+    assert steps.status == 2 and steps.one_line("fastbptt: ").startswith(
+        "fastbptt: argument --steps: must be an integer of at least 1; got 0; without a "
+        "command fastbptt runs demo")
     other = in_process(["tiny.txt"], capsys)
     assert other.status == 2 and "unknown command 'tiny.txt'; the commands" in other.err
     version = in_process(["--version"], capsys)
