@@ -484,6 +484,36 @@ def _escaping_stdout():
         out.reconfigure(errors="backslashreplace")
 
 
+class _NamedOutput:
+    """The program's stdout, whose write errors name it: an OSError from writing a stream
+    has no file name, so a full disk or ``> /dev/full`` said only "No space left on
+    device". Everything else is the stream's own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def _named(self, error):
+        if error.filename is not None or isinstance(error, BrokenPipeError) or \
+                not error.strerror:
+            return error
+        return OSError(error.errno, error.strerror, "the standard output")
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as error:
+            raise self._named(error) from None
+
+    def flush(self):
+        try:
+            return self._stream.flush()
+        except OSError as error:
+            raise self._named(error) from None
+
+
 def _steady_malloc(argv):
     """Re-execute this program with glibc's malloc thresholds fixed (`bench.allocator`),
     with the interpreter's flags and this package; returns only where there is nothing
@@ -522,6 +552,8 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     if last:
         _escaping_stdout()
+        if sys.stdout is not None:
+            sys.stdout = _NamedOutput(sys.stdout)
     if sys.stderr is None:                  # closed (2>&-): say nothing, as 2>/dev/null
         sys.stderr = open(os.devnull, "w")
     if sys.stdout is None:                  # closed (>&-): refused before any work

@@ -344,3 +344,23 @@ def test_a_device_as_the_text_is_refused_not_read_without_end(tmp_path, capsys, 
     assert (outcome.status, outcome.err) == (1, "fastbptt train: /dev/zero: that is a device, "
                                                 "not a text file (/dev/zero would be read "
                                                 "without end)\n"), outcome
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["demo", "--steps", "4", "--hidden", "4", "--repeat", "1"],
+                                  ["sample", "good.npz", "--chars", "20"]],
+                         ids=["demo", "sample"])
+def test_a_full_standard_output_is_named(folder, args):
+    """A write to a full device raises an OSError without a file name: the line says that
+    it was the standard output's."""
+    import subprocess
+
+    from cli_processes import env
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "fastbptt", *args], cwd=folder,
+                              env=env(), stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=300)
+    outcome = Outcome(args, done.returncode, "", done.stderr)
+    assert outcome.status == 1, outcome
+    assert outcome.one_line(f"fastbptt {args[0]}: ") == (
+        f"fastbptt {args[0]}: the standard output: No space left on device"), outcome
