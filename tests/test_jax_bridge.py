@@ -488,6 +488,20 @@ def test_second_derivatives_are_refused_in_a_sentence():
         jax.grad(lambda q: jnp.sum(jax.grad(lambda q: fj.lstm(q, x)[0].sum())(q).U ** 2))(p)
 
 
+def test_reverse_mode_jacobians_and_forward_mode_refused():
+    """jacrev equals the scan's jacobian; JAX refuses forward mode of a custom_vjp, in its
+    words (the README quotes them)."""
+    p = draw("gru", np.random.default_rng(11))
+    x = jnp.asarray(np.random.default_rng(12).normal(size=(2, 3, L)))
+    got = jax.jacrev(lambda x: fj.gru(p, x)[1])(x)
+    want = jax.jacrev(lambda x: reference("gru", p, x)[1])(x)
+    assert got.shape == (2, H, 2, 3, L)
+    assert_close(got, want)
+    for forward in (lambda f: jax.jvp(f, (x,), (x,)), lambda f: jax.jacfwd(f)(x)):
+        with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):
+            forward(lambda x: fj.gru(p, x)[0].sum())
+
+
 SHARD_MAP = """
 import os, sys
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
