@@ -440,6 +440,17 @@ def _count(name, value):
     return int(value)
 
 
+def _restore_environ(before, started):
+    """Put back the variables that starting a local cluster set or changed in this
+    process's environment (those changed since are left as they are)."""
+    for name, value in started.items():
+        if before.get(name) != value and os.environ.get(name) == value:
+            if name in before:
+                os.environ[name] = before[name]
+            else:
+                del os.environ[name]
+
+
 class Workers:
     """The workers of a Dask cluster that a run places its cursors on (``place``, a
     `fastbptt.train.Trainer` placement): at most ``want`` of them (all, for None), at most
@@ -453,6 +464,9 @@ class Workers:
             want = _count("want", want)
         self.client, self.cluster, self.want = client, cluster, want
         self._owner = True                 # `close` closes the client (not a `limited` view)
+        # a local cluster's: this process's environment before it and once it ran, since
+        # Dask sets its workers' settings (OPENBLAS_NUM_THREADS=1, ...) here and leaves them
+        self._environ = None
         self.refused = set()               # workers that could not hold a block (version)
         self.notes = []                    # what a placement says: the workers left out
         self.shared = shared               # the workers share this machine's memory
@@ -490,7 +504,7 @@ class Workers:
         # profile nor check their event loop every 20 ms: together 0.5 ms of a 14.5 ms
         # step of the default model on two workers here
         _start_resource_tracker()
-        cluster = None
+        cluster, before = None, dict(os.environ)
         try:
             with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
                                   "distributed.worker.profile.enabled": False,
@@ -506,8 +520,11 @@ class Workers:
         except BaseException:
             if cluster is not None:
                 cluster.close()
+            _restore_environ(before, dict(os.environ))
             raise
-        return cls(client, cluster=cluster, want=n, shared=True)
+        workers = cls(client, cluster=cluster, want=n, shared=True)
+        workers._environ = (before, dict(os.environ))
+        return workers
 
     @classmethod
     def connect(cls, address, *, want=None, timeout=10, quiet=True):
@@ -557,6 +574,9 @@ class Workers:
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+        if self._environ is not None:
+            _restore_environ(*self._environ)
+            self._environ = None
 
     def addresses(self):
         """The workers in the cluster now, sorted; `NothingToSave` when the scheduler is

@@ -109,6 +109,18 @@ def test_a_worker_that_hangs_while_the_run_is_placed_is_given_up_on():
             os.kill(pid, signal.SIGCONT)
 
 
+def test_a_local_cluster_leaves_this_processs_environment_as_it_found_it(monkeypatch):
+    """Dask sets its workers' settings in the environment of the process that starts
+    them, and left them there after the cluster closed."""
+    import threadpoolctl  # noqa: F401   its first import sets KMP_DUPLICATE_LIB_OK
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    before = dict(os.environ)
+    with distributed.Workers.local(1):
+        assert os.environ.get("OMP_NUM_THREADS") == "1"         # the workers' setting
+    assert dict(os.environ) == before
+
+
 def test_a_worker_of_another_version_is_left_out_and_the_others_take_the_run():
     """A worker without the run's fastbptt that joined a cluster mid-run ended a healthy
     run at its next placement (after a checkpoint: "more Dask workers joined")."""
