@@ -37,6 +37,7 @@ import gc
 import logging
 import math
 import mmap
+import importlib.util
 import os
 import re
 import shutil
@@ -440,6 +441,34 @@ def _count(name, value):
     return int(value)
 
 
+_TLS_FILES = ("distributed.comm.tls.ca-file", "distributed.comm.tls.client.cert",
+              "distributed.comm.tls.client.key")
+
+
+def _unusable(address):
+    """Why Dask could not connect to ``address`` where it would say so in words of its
+    own internals (an abstract class, a missing ssl_context, a file not found without
+    its name), or None."""
+    scheme = address.split("://", 1)[0].lower() if "://" in address else "tcp"
+    if scheme == "inproc":
+        return (f"{address} is an address inside one process; give the scheduler's "
+                f"tcp:// (or tls://) address")
+    if scheme == "ucx" and importlib.util.find_spec("distributed_ucxx") is None:
+        return (f"{address}: Dask's ucx:// needs the distributed-ucxx package, which is "
+                f"not installed; or give the scheduler's tcp:// address")
+    if scheme == "tls":
+        for name in _TLS_FILES:
+            path = dask.config.get(name, None)
+            if path is not None and not os.path.isfile(path):
+                return f"Dask's TLS setting {name} names {path!r}, which is not a file"
+        if dask.config.get(_TLS_FILES[0], None) is None:
+            return (f"{address}: tls:// needs Dask's TLS settings, none of which is set: "
+                    f"the CA's certificate and this process's certificate and key "
+                    f"(DASK_DISTRIBUTED__COMM__TLS__CA_FILE, ..._CLIENT__CERT and "
+                    f"..._CLIENT__KEY; the README's TLS paragraph)")
+    return None
+
+
 def _restore_environ(before, started):
     """Put back the variables that starting a local cluster set or changed in this
     process's environment (those changed since are left as they are)."""
@@ -535,9 +564,11 @@ class Workers:
         if not isinstance(address, str):   # None would start a default cluster of Dask's
             raise TypeError(f"address must be a scheduler's address, a str such as "
                             f"'tcp://127.0.0.1:8786'; got {type(address).__name__}")
+        failed = _unusable(address)
+        if failed is not None:
+            raise ConnectionError(failed)
         if quiet:
             _silence()
-        failed = None
         hook, sys.unraisablehook = sys.unraisablehook, _ignore
         try:
             try:
@@ -545,6 +576,10 @@ class Workers:
                                       set_as_default=False)
             except Exception as error:      # a refused or timed out connection, bad TLS
                 failed = f"{type(error).__name__}: {' '.join(str(error).split())}"
+                if isinstance(error, OSError) and "Timed out trying to connect" in failed:
+                    failed = (f"no Dask scheduler answered at {address} within {timeout:g} "
+                              f"s; start one there with `dask scheduler`, and its workers "
+                              f"with `dask worker {address}`")
             if failed is not None:
                 gc.collect()                # a half-made Client complains when collected
         finally:

@@ -2,6 +2,8 @@
 the shared buffers, and a FASTBPTT_WORKER_WAIT that is no number of seconds."""
 import errno
 import os
+import re
+import socket
 
 import pytest
 
@@ -39,6 +41,35 @@ def test_a_worker_wait_that_is_no_number_of_seconds_is_named(monkeypatch, text):
         distributed._worker_wait()
     monkeypatch.setenv("FASTBPTT_WORKER_WAIT", "2.5")
     assert distributed._worker_wait() == 2.5
+
+
+def test_addresses_dask_cannot_use_are_named_in_words_of_the_address(tmp_path):
+    """Dask's own wording was its internals': an abstract class (ucx:// without its
+    package), a missing ssl_context, a file not found without its name, a timeout."""
+    import importlib.util
+
+    import dask
+    cases = [("inproc://127.0.0.1/1/1", {}, "is an address inside one process"),
+             ("tls://127.0.0.1:8786", {}, "tls:// needs Dask's TLS settings, none of which "
+                                          "is set"),
+             ("tls://127.0.0.1:8786", {"distributed.comm.tls.ca-file": str(tmp_path / "no")},
+              f"Dask's TLS setting distributed.comm.tls.ca-file names "
+              f"'{tmp_path / 'no'}', which is not a file")]
+    if importlib.util.find_spec("distributed_ucxx") is None:
+        cases.append(("ucx://127.0.0.1:8786", {}, "Dask's ucx:// needs the distributed-ucxx "
+                                                  "package, which is not installed"))
+    for address, settings, words in cases:
+        with dask.config.set({name: None for name in distributed._TLS_FILES}), \
+                dask.config.set(settings):
+            with pytest.raises(ConnectionError, match=re.escape(words)):
+                distributed.Workers.connect(address)
+    with socket.socket() as taken:             # a port nothing listens on
+        taken.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{taken.getsockname()[1]}"
+    with pytest.raises(ConnectionError, match=re.escape(
+            f"no Dask scheduler answered at {address} within 1 s; start one there with "
+            f"`dask scheduler`, and its workers with `dask worker {address}`")):
+        distributed.Workers.connect(address, timeout=1)
 
 
 def test_a_wait_for_workers_ends_at_a_signal_the_command_received():
