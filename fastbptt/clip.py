@@ -27,21 +27,38 @@ def global_norm(grads):
     """sqrt of the sum of squares of every entry of every gradient (a Python float).
 
     Each array's sum runs in its dtype; one whose squares overflow it (float32 entries
-    beyond about 1e19) is summed again in float64, scaled by its largest entry, so that
-    only entries that are themselves inf or NaN give an inf or NaN norm."""
-    total = 0.0
-    for a in _arrays(grads):
+    beyond about 1e19, float64 beyond about 1e154) is summed again in float64, scaled by
+    its largest entry, so that only entries that are themselves inf or NaN give an inf or
+    NaN norm, and a norm beyond float64's range (about 1.8e308) an inf one."""
+    top, total = _norm_parts(_arrays(grads))
+    return top * math.sqrt(total)
+
+
+# a sum of squares above this is summed again scaled: several of them still add up
+_DIRECT = 2.0 ** 960
+
+
+def _norm_parts(arrays):
+    """(top, total), the global norm being top * sqrt(total) without overflow in either:
+    top is 1 unless an array's sum of squares overflowed, and then its largest entry."""
+    parts = []
+    for a in arrays:
         flat = a.reshape(-1)
         with np.errstate(over="ignore", invalid="ignore",    # an overflow: summed again
                          under="ignore"):                    # tiny squares: 0, rightly
             part = float(np.dot(flat, flat))
-        if not math.isfinite(part):
+        if not (math.isfinite(part) and part <= _DIRECT):
             top = float(np.max(np.abs(flat))) if flat.size else 0.0
-            if math.isfinite(top) and top > 0:
+            if math.isfinite(top) and top > 0:                # else inf or NaN entries
                 scaled = flat.astype(np.float64) / top
-                part = top * top * float(np.dot(scaled, scaled))
-        total += part
-    return math.sqrt(total)
+                parts.append((top, float(np.dot(scaled, scaled))))
+                continue
+        parts.append((1.0, part))
+    top = max((t for t, _ in parts), default=1.0)
+    total = 0.0
+    for t, part in parts:
+        total += (t / top) ** 2 * part if t != top else part
+    return top, total
 
 
 def _bound(name, value):
@@ -72,11 +89,16 @@ def clip_grads(grads, *, max_norm=None, max_value=None):
     for a in arrays:
         if not a.flags.writeable:
             raise ValueError("clip_grads clips in place; got a read-only gradient array")
-    norm = global_norm(grads)
+    top, total = _norm_parts(arrays)
+    norm = top * math.sqrt(total)
     if max_norm is not None and norm > max_norm:
+        factor = max_norm / top / math.sqrt(total)
         with np.errstate(under="ignore"):
             for a in arrays:
-                a *= a.dtype.type(max_norm / norm)
+                if factor >= np.finfo(a.dtype).tiny:
+                    a *= a.dtype.type(factor)
+                else:       # beyond the dtype's normal numbers: in two steps, in float64
+                    a[...] = a / np.float64(top) * np.float64(max_norm / math.sqrt(total))
     if max_value is not None:
         for a in arrays:
             np.clip(a, -max_value, max_value, out=a)

@@ -75,6 +75,23 @@ def test_the_norm_of_float32_gradients_whose_squares_overflow():
     assert fastbptt.clip.global_norm(g._replace(W=np.full((2, 2), np.inf, np.float32))) == np.inf
 
 
+@pytest.mark.parametrize("big", [1e200, 1e308])
+def test_the_norm_of_float64_gradients_whose_squares_overflow(big):
+    """Entries beyond 1.3e154 square beyond float64: the norm was inf and clipping zeroed
+    every gradient. A norm beyond float64's range (2e308) is inf; clipping still scales."""
+    g = fastbptt.Params(np.full((2, 2), big), np.full((2, 2), 3e38, np.float32),
+                        np.full((3, 2), 1.0, np.float32))
+    norm = fastbptt.clip_grads(g, max_norm=1.0)
+    assert norm == (pytest.approx(2 * big, rel=1e-12) if big < 1e300 else np.inf)
+    np.testing.assert_allclose(g.U, 0.5, rtol=1e-12)
+    assert fastbptt.clip.global_norm(g) == pytest.approx(1.0, rel=1e-7)
+    assert not g.W.any() and not g.V.any()      # scaled below float32's range: 0, rightly
+    floats = fastbptt.Params(np.full((2, 2), 3e38, np.float32), np.ones((1, 1), np.float32),
+                             np.zeros((1, 1), np.float32))
+    fastbptt.clip_grads(floats, max_norm=1.0)         # 1 / 6e38 is below float32's normals
+    np.testing.assert_allclose(floats.U, 0.5, rtol=1e-6)
+
+
 def test_codec_decodes_only_its_own_ids():
     codec = Codec.from_text("hello world")
     assert codec.decode(codec.encode("low")) == "low" and codec.decode([]) == ""
