@@ -19,18 +19,27 @@ import numpy as np
 
 from ._masks import refuse_masked as _refuse_masked
 
-__all__ = ["Codec", "StreamBatcher", "Batch", "unigram_entropy", "block_ids", "check_position"]
+__all__ = ["Codec", "StreamBatcher", "Batch", "unigram_entropy", "block_ids", "check_position",
+           "token_ids"]
 
 
 class Codec:
     """Text <-> integer ids over a fixed vocabulary of characters."""
 
     def __init__(self, chars):
+        if not isinstance(chars, str) and not hasattr(chars, "__iter__"):
+            raise TypeError(f"chars must be characters (one str, or an iterable of str of "
+                            f"length 1); got {type(chars).__name__}")
         chars = list(chars)
         odd = next((c for c in chars if not (isinstance(c, str) and len(c) == 1)), None)
         if odd is not None:
             raise TypeError(f"a vocabulary is characters (str of length 1, or one str of "
                             f"them); got {odd!r}")
+        surrogate = next((c for c in chars if "\ud800" <= c <= "\udfff"), None)
+        if surrogate is not None:
+            raise ValueError(f"the vocabulary holds {surrogate!r}, a lone surrogate, which "
+                             f"is no Unicode character (text decoded with "
+                             f"errors='surrogateescape'?); decode the text as UTF-8")
         if len(set(chars)) != len(chars):
             raise ValueError("the vocabulary has repeated characters")
         if not chars:
@@ -54,6 +63,10 @@ class Codec:
         if codes.ndim != 1 or (codes.size and codes.dtype.kind not in "iu"):
             raise TypeError(f"codes must be a 1-D array of integer code points; got "
                             f"{codes.ndim}-D {codes.dtype}")
+        bad = codes[(codes < 0) | (codes > 0x10FFFF)]
+        if bad.size:
+            raise ValueError(f"codes must be Unicode code points, in [0, 0x10FFFF]; got "
+                             f"{bad[0]}")
         return cls([chr(int(c)) for c in codes])
 
     def to_array(self):
@@ -93,13 +106,36 @@ class Codec:
         return "".join(self.chars[int(i)] for i in ids)
 
 
+def token_ids(name, ids):
+    """``ids`` as a flat int64 array of token ids (a copy where it is not one already):
+    TypeError for other than integers, ValueError for ids below 0 or beyond int64 (a
+    uint64 id of 2**64 - 1 would wrap to -1, which marks a step without loss)."""
+    _refuse_masked(name, ids)
+    given = np.asarray(ids)
+    if given.size and given.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integer token ids; got dtype {given.dtype}")
+    if given.size and given.dtype.kind == "u" and given.dtype.itemsize == 8 and \
+            given.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} must be token ids, in [0, 2**63); got {given.max()}")
+    out = np.ascontiguousarray(given, np.int64).reshape(-1)
+    if out.size and out.min() < 0:
+        raise ValueError(f"{name} must be token ids, 0 or more; got {out.min()}")
+    return out
+
+
 def unigram_entropy(ids, size):
     """Entropy in nats of the ids' own frequencies: -sum p log p with p the counts / N.
 
     That is the cross-entropy per character of the best context-free model of ``ids``,
     evaluated on the same ``ids``.
     """
-    counts = np.bincount(np.asarray(ids).reshape(-1), minlength=size).astype(np.float64)
+    ids = token_ids("ids", ids)
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or \
+            size < 0:
+        raise TypeError(f"size must be an int of at least 0; got {size!r}")
+    if not ids.size:
+        return float("nan")
+    counts = np.bincount(ids, minlength=size).astype(np.float64)
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
 
@@ -128,13 +164,12 @@ class StreamBatcher:
         for name, value in sizes.items():
             if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"{name} must be an int; got {value!r}")
-        _refuse_masked("ids", ids)
-        given = np.asarray(ids)
-        if given.size and given.dtype.kind not in "iu":
-            raise TypeError(f"ids must be integer token ids; got dtype {given.dtype}")
-        ids = np.ascontiguousarray(given, np.int64).reshape(-1)
+        ids = token_ids("ids", ids)
         if batch < 1 or steps < 1:
             raise ValueError(f"batch and steps must be at least 1; got {batch}, {steps}")
+        if segment is not None and segment < 1:
+            raise ValueError(f"segment must be at least 1 (None: (N - 1) // batch); got "
+                             f"{segment}")
         if segment is None:
             segment = (ids.size - 1) // batch
         elif batch * segment + 1 > ids.size:
@@ -203,5 +238,14 @@ def check_position(state, segment):
 def block_ids(ids, batch, first, stop):
     """The ids that cursors first ... stop - 1 of a `StreamBatcher` of ``batch`` cursors over
     ``ids`` read, and its segment length: ``(ids[first S : stop S + 1], S)``."""
+    for name, value in (("batch", batch), ("first", first), ("stop", stop)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int; got {value!r}")
+    if not 0 <= first < stop <= batch:
+        raise ValueError(f"cursors first ... stop - 1 must lie in 0 ... batch - 1, with "
+                         f"first < stop; got first={first}, stop={stop}, batch={batch}")
     segment = (np.size(ids) - 1) // batch
+    if segment < 1:
+        raise ValueError(f"a stream of {np.size(ids)} ids is too short for {batch} cursors "
+                         "(each needs at least 2)")
     return ids[first * segment:stop * segment + 1], segment

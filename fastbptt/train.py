@@ -31,7 +31,7 @@ from .clip import clip_grads
 from .optim import make_optimizer
 from .params import from_leaves, init_params, leaves
 from .sampling import CHUNK, sample_chunks
-from .text import StreamBatcher, check_position
+from .text import Codec, StreamBatcher, check_position, token_ids
 
 __all__ = ["TrainOptions", "Trainer", "Diverged", "evaluate", "scored", "OPTION_RANGES"]
 
@@ -48,10 +48,16 @@ class Trainer:
     """
 
     def __init__(self, options, train_ids, codec, *, resume=None, placement=None):
+        if not isinstance(options, TrainOptions):
+            raise TypeError(f"options must be a TrainOptions; got {type(options).__name__}")
+        if not isinstance(codec, Codec):
+            raise TypeError(f"codec must be a fastbptt.text.Codec (Codec.from_text(text)); "
+                            f"got {type(codec).__name__}")
+        options.check()
         self.options = options
         self.codec = codec
         self.dtype = np.dtype(options.dtype)
-        self.train_ids = train_ids
+        self.train_ids = token_ids("train_ids", train_ids)
         self.recipe = Recipe(options.seq_length, *options.window, options.activation)
         self.placement = placement or place_local
         self.blocks = None
@@ -171,7 +177,11 @@ class Trainer:
         ``stop``: a function asked after every `SAMPLE_CHUNK` characters; when it says
         True, the sample ends there and None is returned, the RNG moved on past the
         numbers the rest would have drawn, so that the run goes on as it would have.
+        A ``prime`` with characters outside the vocabulary is left out (the default, a
+        newline, in a text without one).
         """
+        if not isinstance(prime, str):
+            raise TypeError(f"prime must be a str; got {type(prime).__name__}")
         if not set(prime) <= set(self.codec.chars):
             prime = ""
         rng = self.rng if rng is None else rng
@@ -231,7 +241,12 @@ def evaluate(params, ids, *, activation="tanh", streams=32, steps=128):
     from all of the segment before it. The loss comes from `fastbptt.bptt` (summed in
     float64; its gradients are not used), which also returns the state to carry.
     """
-    ids = np.asarray(ids, np.int64)
+    ids = token_ids("ids", ids)
+    for name, value in (("streams", streams), ("steps", steps)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int; got {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1; got {value}")
     if ids.size < 2:
         return float("nan")
     streams = _streams(ids.size, streams)

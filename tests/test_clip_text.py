@@ -201,3 +201,54 @@ def test_window_truncation_runs_in_the_stream_loop():
         assert out.loss == pytest.approx(ref.loss, rel=1e-12)
         np.testing.assert_allclose(out.grads.W, ref.grads.W, rtol=1e-9, atol=1e-12)
         h = out.h_final
+
+
+def test_token_ids_are_integers_of_0_or_more_else_refused_in_one_line():
+    """evaluate truncated float ids and took bools; StreamBatcher wrapped a uint64 id of
+    2**64 - 1 to -1, a step without loss; a negative segment was named as a short stream."""
+    from fastbptt.train import evaluate
+    p = fastbptt.init_params(5, 4, 5, seed=0)
+    ids = np.arange(40) % 5
+    for bad, error, words in [(ids + 0.9, TypeError, "ids must be integer token ids; got "
+                                                      "dtype float64"),
+                              (ids % 2 == 1, TypeError, "got dtype bool"),
+                              (np.array([0, 1, 2, 2**64 - 1], np.uint64), ValueError,
+                               r"ids must be token ids, in \[0, 2\*\*63\)"),
+                              (np.array([0, 1, -2, 3]), ValueError,
+                               "ids must be token ids, 0 or more; got -2")]:
+        with pytest.raises(error, match=words):
+            evaluate(p, bad)
+        with pytest.raises(error, match=words):
+            StreamBatcher(bad, 1, 2)
+    with pytest.raises(ValueError, match="segment must be at least 1"):
+        StreamBatcher(np.arange(21), 2, 3, segment=-1)
+    with pytest.raises(TypeError, match="streams must be an int"):
+        evaluate(p, ids, streams="a")
+    with pytest.raises(ValueError, match="streams must be at least 1; got -3"):
+        evaluate(p, ids, streams=-3)
+    assert np.isnan(unigram_entropy([], 3))
+
+
+def test_a_codec_holds_unicode_characters_only():
+    """A lone surrogate made a codec that could not encode its own text."""
+    with pytest.raises(ValueError, match="a lone surrogate"):
+        Codec.from_text("ab\udc80")
+    for codes in ([-1], np.array([2**40]), [0xD800]):
+        with pytest.raises(ValueError):
+            Codec.from_array(codes)
+    with pytest.raises(TypeError, match="chars must be characters"):
+        Codec(None)
+
+
+def test_a_trainer_checks_its_options_codec_and_ids():
+    from fastbptt.train import TrainOptions, Trainer
+    codec, ids = Codec.from_text("abcde"), np.arange(100) % 5
+    with pytest.raises(ValueError, match="--batch must be an integer of at least 1; got 0"):
+        Trainer(TrainOptions(hidden=4, cell="elman", batch=0), ids, codec)
+    with pytest.raises(ValueError, match="a stream of 100 ids is too short for 200 cursors"):
+        Trainer(TrainOptions(hidden=4, cell="elman", batch=200), ids, codec)
+    with pytest.raises(TypeError, match="codec must be a fastbptt.text.Codec"):
+        Trainer(TrainOptions(hidden=4, cell="elman"), ids, None)
+    trainer = Trainer(TrainOptions(hidden=4, cell="elman", batch=2, seq_length=5), ids, codec)
+    with pytest.raises(TypeError, match="prime must be a str"):
+        trainer.sample(prime=None)
