@@ -144,6 +144,22 @@ def _states(params, options, hidden, cell_state):
             raise ValueError(f"the {name} holds NaN or inf")
 
 
+def in_dtype(what, array, dtype, *, copy=True):
+    """``array`` in ``dtype`` (a copy, or where ``copy`` is False only where it is in
+    another dtype); ValueError where a finite entry lies beyond that dtype's range (a
+    float64 file of a float32 run), which the cast would make inf."""
+    dtype = np.dtype(dtype)
+    with np.errstate(over="ignore"):
+        out = np.array(array, dtype) if copy else np.asarray(array, dtype)
+    if out is not array and out.dtype != array.dtype:
+        beyond = np.isinf(out) & np.isfinite(array)
+        if beyond.any():
+            raise ValueError(f"{what} holds {float(array[beyond][0]):.4g}, beyond the range "
+                             f"of --dtype {dtype.name} (at most "
+                             f"{float(np.finfo(dtype).max):.4g})")
+    return out
+
+
 def check_model(params, codec, options, hidden=None, optimizer_state=None, cell_state=None):
     """ValueError unless the arrays fit a model of ``options`` over ``codec``'s
     characters: each name and shape, the carried states', the optimizer buffers', and

@@ -610,9 +610,10 @@ def run_sample(args, *, out=None):
     out = out or sys.stdout
     ck = ckpt_io.load(args.checkpoint)
     options, _ = _resume.resumed_options(TrainOptions, ck.options, {}, args.checkpoint)
-    params = from_leaves({name: np.asarray(a, options.dtype)
-                          for name, a in leaves(ck.params).items()})
     try:
+        params = from_leaves({name: _resume.in_dtype(f"params {name}", a, options.dtype,
+                                                     copy=False)
+                              for name, a in leaves(ck.params).items()})
         _resume.check_model(params, ck.codec, options)
     except ValueError as error:
         raise ckpt_io.CheckpointError(f"{args.checkpoint} is not a usable fastbptt "

@@ -88,6 +88,8 @@ def params_from_arrays(arrays, fmt=FORMAT):
 def _jsonable(value):
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, np.ndarray):           # a bit generator's state: MT19937's key
+        return value.tolist()
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -111,8 +113,20 @@ def _arrays(ckpt):
         arrays[f"history.{key}"] = np.asarray(value)
     meta = {"format": FORMAT, "step": int(ckpt.step), "rng_state": ckpt.rng_state,
             "options": ckpt.options, "optimizer": optim_numbers, "batcher": ckpt.batcher}
-    arrays["meta"] = np.array(json.dumps(_jsonable(meta)))
+    try:
+        arrays["meta"] = np.array(json.dumps(_jsonable(meta)))
+    except (TypeError, ValueError) as error:
+        raise CheckpointError(f"its step, options, RNG state, optimizer numbers and batcher "
+                              f"must be JSON's kinds of values ({error})") from None
     return arrays
+
+
+class _Entries(dict):
+    """Arrays by name, read as `np.load` gives a file's (``files``, ``[name]``)."""
+
+    @property
+    def files(self):
+        return list(self)
 
 
 def _new_file(folder, name):
@@ -231,8 +245,23 @@ def check_target(path, *, make_folders=True, example="run.npz"):
 
 
 def save(path, ckpt):
-    """Write ``ckpt`` to ``path`` atomically; return the path."""
-    arrays = _arrays(ckpt)
+    """Write ``ckpt`` to ``path`` atomically; return the path.
+
+    `CheckpointError`, before anything is written, for a checkpoint that `load` would
+    refuse (so that a good file is never replaced by one that cannot be read back)."""
+    if not isinstance(ckpt, Checkpoint):
+        raise TypeError(f"ckpt must be a fastbptt.checkpoint.Checkpoint; got "
+                        f"{type(ckpt).__name__}")
+    if not isinstance(ckpt.codec, Codec):
+        raise TypeError(f"the checkpoint's codec must be a fastbptt.text.Codec; got "
+                        f"{type(ckpt.codec).__name__}")
+    if isinstance(ckpt.step, (bool, np.bool_)) or not isinstance(ckpt.step, (int, np.integer)):
+        raise TypeError(f"the checkpoint's step must be an int; got {ckpt.step!r}")
+    try:
+        arrays = _arrays(ckpt)
+        _read(_Entries(arrays))
+    except CheckpointError as error:
+        raise CheckpointError(f"not saved to {os.fspath(path)}: {error}") from None
     return write_atomically(path, lambda f: np.savez(f, **arrays))
 
 
@@ -242,6 +271,8 @@ def write_atomically(path, write):
     the path."""
     path = os.fspath(path)
     target = os.path.realpath(path)      # a symbolic link: replace its target, keep it
+    if os.path.isdir(target):
+        raise IsADirectoryError(errno.EISDIR, "a folder, not a file", path)
     folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
     _refuse_special(target)

@@ -89,12 +89,14 @@ class Trainer:
             except (OverflowError, TypeError, ValueError, KeyError) as error:
                 raise ValueError(f"its RNG state is not one of NumPy's "
                                  f"{type(self.rng.bit_generator).__name__} ({error})") from None
-            self.params = from_leaves({name: np.array(a, self.dtype)
+            self.params = from_leaves({name: _resume.in_dtype(f"params {name}", a, self.dtype)
                                        for name, a in leaves(resume.params).items()})
             self.optimizer.load_state_dict(resume.optimizer)
             h, c = zero_state(self.params, options.batch)
-            states = [None if a is None else np.array(a, self.dtype)
-                      for a in (resume.hidden, resume.cell_state)]
+            states = [None if a is None else _resume.in_dtype(f"the carried {what}", a,
+                                                              self.dtype)
+                      for a, what in ((resume.hidden, "state"),
+                                      (resume.cell_state, "cell state"))]
             _resume.check_model(self.params, self.codec, options, states[0],
                                 self.optimizer.state, states[1])
             self.optimizer.check_complete(leaves(self.params))
@@ -115,6 +117,9 @@ class Trainer:
             self.losses = [float(v) for v in np.asarray(resume.history.get("loss", []))
                            .reshape(-1)]
             evals = np.asarray(resume.history.get("evals", np.empty((0, 2))), np.float64)
+            if evals.size % 2:
+                raise ValueError(f"its history.evals holds {evals.size} numbers, not pairs "
+                                 f"of a step and a validation loss")
             self.evals = [(float(a), float(b)) for a, b in evals.reshape(-1, 2)]
         self.close()
         self.blocks = self.placement(self.train_ids, options.batch, self.recipe, self.params,

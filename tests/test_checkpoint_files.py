@@ -252,8 +252,19 @@ def _buffer(key, value):
     return lambda ck: _optimizer(**{key: value(ck.optimizer[key])})(ck)
 
 
+def _huge_V(ck):              # finite in float64, beyond the run's float32: inf once cast
+    return dataclasses.replace(ck, params=ck.params._replace(
+        V=ck.params.V.astype(np.float64) * 1e300))
+
+
 UNFIT = [
     ("NaN carried state", _nan_hidden, "the carried state holds NaN or inf"),
+    ("V beyond float32", _huge_V, "params V holds "),
+    ("V beyond float32, said", _huge_V, "beyond the range of --dtype float32 (at most "
+                                        "3.403e+38)"),
+    ("evals not pairs", lambda ck: dataclasses.replace(
+        ck, history=dict(ck.history, evals=np.array([1.0, 2.0, 3.0]))),
+     "its history.evals holds 3 numbers, not pairs of a step and a validation loss"),
     ("NaN buffer", _buffer("v.W", lambda v: np.full_like(v, np.nan)),
      "the optimizer's v.W holds NaN or inf"),
     ("negative v", _buffer("v.W", lambda v: -np.ones_like(v)),
@@ -305,3 +316,51 @@ def test_a_cursor_position_the_text_cannot_have_is_refused_before_placing(traine
         Trainer(trainer.options, trainer.train_ids, trainer.codec, resume=bad,
                 placement=placement)
     assert not placed
+
+
+@pytest.mark.parametrize("change,phrase", [
+    (dict(step=-1), "'meta' step is -1"),
+    (dict(rng_state=None), "'meta' 'rng_state' is a NoneType, not a dict"),
+    (dict(hidden=np.zeros(6)), "'hidden' is a 1-D float64 array"),
+    (dict(params=None), "params"),
+    (dict(options={"s": {1, 2}}), "must be JSON's kinds of values"),
+], ids=["step", "rng", "hidden", "params", "options"])
+def test_save_refuses_what_load_would_and_keeps_the_file_there(trainer, tmp_path, change,
+                                                               phrase):
+    """save wrote such checkpoints atomically over a good one, which load then refused."""
+    path = tmp_path / "run.npz"
+    trainer.save(path)
+    good = path.read_bytes()
+    with pytest.raises((CheckpointError, TypeError, ValueError), match=phrase):
+        checkpoint.save(path, dataclasses.replace(trainer.checkpoint(), **change))
+    assert path.read_bytes() == good and sorted(tmp_path.iterdir()) == [path]
+    for bad, error in [(dict(step=2.7), "step must be an int; got 2.7"),
+                       (dict(step=True), "step must be an int; got True"),
+                       (dict(codec=None), "codec must be a fastbptt.text.Codec")]:
+        with pytest.raises(TypeError, match=error):
+            checkpoint.save(path, dataclasses.replace(trainer.checkpoint(), **bad))
+    with pytest.raises(IsADirectoryError, match=str(tmp_path)):
+        checkpoint.save(tmp_path, trainer.checkpoint())
+
+
+def test_any_bit_generators_state_is_saved(trainer, tmp_path):
+    """MT19937's state holds an array, which JSON took for no value of its."""
+    drawn = np.random.Generator(np.random.MT19937(3))
+    drawn.random(4)
+    path = checkpoint.save(tmp_path / "mt.npz", dataclasses.replace(
+        trainer.checkpoint(), rng_state=drawn.bit_generator.state))
+    again = np.random.Generator(np.random.MT19937())
+    again.bit_generator.state = checkpoint.load(path).rng_state
+    assert np.array_equal(again.random(5), drawn.random(5))
+
+
+def test_sample_names_a_weight_beyond_the_runs_dtype(trainer, tmp_path, capsys):
+    """It said 'holds NaN or inf', after NumPy's overflow warning, of finite numbers."""
+    from fastbptt.cli import main
+    path = tmp_path / "big.npz"
+    checkpoint.save(path, _huge_V(trainer.checkpoint()))
+    assert main(["sample", str(path), "--chars", "5"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"fastbptt sample: {path} is not a usable fastbptt checkpoint: "
+                          f"params V holds ") and err.count("\n") == 1
+    assert "beyond the range of --dtype float32" in err
