@@ -110,9 +110,13 @@ def bench(args):
         _preflight.output_file(args.json, "--json")
     if args.torch or args.jax:
         import importlib
+        import importlib.util
 
         for bridge in ("torch", "jax"):             # one line naming the extra, status 1
             if getattr(args, bridge):
+                if bridge == "jax" and importlib.util.find_spec("jax") is not None:
+                    from .bench import jax_peer     # JAX starts on the bench's threads
+                    jax_peer.start(args.threads)    # before fastbptt.jax imports it
                 try:
                     importlib.import_module(f"fastbptt.{bridge}")
                 except ImportError as error:

@@ -66,8 +66,11 @@ def start(threads):
         _STATE["started_with"] = threads
     import jax
     if _STATE["started_with"] != threads:
-        warnings.warn(f"JAX started with {_STATE['started_with']} thread(s) and cannot change "
-                      f"to {threads} in this process", RuntimeWarning, stacklevel=3)
+        began = _STATE["started_with"]
+        began = f"with {began} thread(s)" if isinstance(began, int) else \
+            "outside the bench, on threads it does not know,"
+        warnings.warn(f"JAX started {began} and cannot change to {threads} in this process",
+                      RuntimeWarning, stacklevel=3)
     return jax
 
 

@@ -1,0 +1,36 @@
+"""`fastbptt bench --jax` starts JAX on the bench's one thread: checking that the extra is
+installed imported JAX before the bench had set its threads, so XLA ran on every core
+while the report said one thread."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import fastbptt
+
+pytest.importorskip("jax", reason="needs JAX")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(fastbptt.__file__)))
+
+PROGRAM = """
+import os, sys
+from fastbptt import cli
+from fastbptt.bench import bridge_steps, jax_peer
+
+def run(names, **kw):
+    print("started", jax_peer._STATE["started_with"], os.environ.get("XLA_FLAGS"))
+    return []
+
+bridge_steps.run, bridge_steps.table = run, lambda results, threads: "table"
+sys.exit(cli.main(["bench", "--jax"]))
+"""
+
+
+def test_the_jax_bridge_steps_start_jax_on_the_benchs_thread():
+    environ = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, (ROOT, environ.get("PYTHONPATH"))))
+    done = subprocess.run([sys.executable, "-c", PROGRAM], env=environ, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    from fastbptt.bench.jax_peer import XLA_ONE_THREAD
+    assert done.stdout.splitlines()[0] == f"started 1 {XLA_ONE_THREAD}", done.stdout
