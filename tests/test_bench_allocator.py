@@ -83,3 +83,21 @@ def test_the_program_runs_again_from_its_own_package(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "SHADOW" not in done.stdout, done
     assert "W2" in done.stdout
+
+
+@glibc
+def test_the_pytest_benchmark_suite_times_with_them_too(tmp_path):
+    """It timed PyTorch with glibc's defaults (G1 90 ms a call where the bench measured
+    74), beside the bench's figures in the README."""
+    pytest.importorskip("pytest_benchmark")
+    environ = {k: v for k, v in os.environ.items() if k not in allocator.VARIABLES}
+    out = tmp_path / "times.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "benchmarks/test_workloads.py", "-q",
+         "-p", "no:cacheprovider", "-k", "W2 and fastbptt", "--benchmark-only",
+         "--benchmark-max-time", "0.01", f"--benchmark-json={out}"],
+        cwd=ROOT, env=environ, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    import json
+    info = json.loads(out.read_text())["machine_info"]["fastbptt_bench"]["environment"]
+    assert {k: info.get(k) for k in allocator.VARIABLES} == allocator.VARIABLES
