@@ -8,7 +8,8 @@ NumPy loops.
 For training loops: `fastbptt.optim` (SGD, Adagrad, Adam, updating params in place),
 `clip_grads`, `fastbptt.text` (a character codec and a stream batcher for chunked training),
 `sample`, `fastbptt.checkpoint`, the `fastbptt.train` trainer behind the ``fastbptt train``
-command, and data-parallel training on Dask (`fastbptt.distributed`, an optional extra).
+command, and data-parallel training on Dask (`import fastbptt.distributed`, an optional
+extra).
 
 ``import fastbptt`` imports neither NumPy nor Numba: each name below loads its module on
 first use (``fastbptt.grad`` loads the engine), so that the ``fastbptt`` command answers
@@ -75,8 +76,8 @@ _WHERE = {
     "sample": "sampling",
     "Codec": "text", "StreamBatcher": "text",
 }
-_SUBMODULES = ("api", "checkpoint", "clip", "gradcheck", "interchange", "layer", "optim",
-               "params", "reference", "sampling", "text")
+_SUBMODULES = ("api", "checkpoint", "clip", "corpus", "gradcheck", "interchange", "layer",
+               "optim", "params", "reference", "sampling", "text", "train")
 
 __all__ = [
     "BPTTResult", "ForwardResult", "Layer", "Model", "Params", "bptt", "check_grad",
@@ -107,7 +108,7 @@ def __dir__():
 
 if TYPE_CHECKING:
     from . import api, checkpoint, clip, gradcheck, interchange, layer, optim, params
-    from . import reference, sampling, text
+    from . import corpus, reference, sampling, text, train
     from ._results import BPTTResult, ForwardResult
     from ._threads import get_num_threads, set_num_threads
     from ._workspace import clear_workspace

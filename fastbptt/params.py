@@ -89,15 +89,25 @@ class Model(NamedTuple):
 
     @property
     def num_layers(self) -> int:
+        """The number of layers, len(layers)."""
         return len(self.layers)
 
     @property
     def directions(self) -> int:
+        """1, or 2 for a bidirectional stack: the entries of each layer (ValueError for a
+        model without layers)."""
+        if not len(self.layers):
+            raise ValueError("the model has no layers")
         return len(self.layers[0])
 
     @property
     def cell(self) -> str:
-        return self.layers[0][0].cell
+        """'elman', 'gru' or 'lstm', read off the first layer's W (any of a layer's
+        forms: a `Layer`, a dict or a tuple)."""
+        if not len(self.layers) or not len(self.layers[0]):
+            raise ValueError("the model has no layers")
+        layer, _ = _layer_entry(self.layers[0][0], "layers[0][0]")
+        return layer.cell
 
 
 def cell_of(W_shape):

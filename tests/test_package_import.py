@@ -61,6 +61,16 @@ def test_every_public_name_resolves_to_its_module():
     assert (r.returncode, r.stdout.strip()) == (0, "fastbptt.reference.head"), r.stderr
 
 
+def test_the_training_modules_the_docstring_names_load_on_first_use():
+    """fastbptt.train and fastbptt.corpus were an AttributeError until imported; the
+    frameworks' modules (torch, jax, distributed) stay imported only by name."""
+    r = python("import sys, fastbptt\n"
+               "print(fastbptt.train.Trainer.__name__, fastbptt.corpus.__name__)\n"
+               "print(sorted(m for m in ('torch', 'jax', 'dask') if m in sys.modules))")
+    assert (r.returncode, r.stdout.split()) == (0, ["Trainer", "fastbptt.corpus", "[]"]), \
+        r.stderr
+
+
 def test_an_unknown_name_is_an_attribute_error():
     for name in ("gradient", "Trainer", "_WHERE_NOT"):
         try:

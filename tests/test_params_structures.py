@@ -263,3 +263,16 @@ def test_a_namedtuple_with_a_field_of_another_name_is_refused():
     p = fastbptt.init_params(L, H, C, dtype=np.float64, seed=0)
     with pytest.raises(ValueError, match="unknown key.*'scale'"):
         fastbptt.layer.forward(np.zeros((T, L)), Extra(p.U, p.W, 1.0))
+
+
+def test_a_models_properties_read_every_layer_form():
+    """Model.cell raised AttributeError for dict and tuple layers, which bptt takes."""
+    p = fastbptt.init_params(3, 4, 3, cell="gru", seed=0, num_layers=2, bidirectional=True)
+    as_dicts = p._replace(layers=tuple(tuple(layer._asdict() for layer in pair)
+                                       for pair in p.layers))
+    as_tuples = p._replace(layers=tuple(tuple(tuple(layer) for layer in pair)
+                                        for pair in p.layers))
+    for model in (p, as_dicts, as_tuples):
+        assert (model.cell, model.num_layers, model.directions) == ("gru", 2, 2)
+    with pytest.raises(ValueError, match="the model has no layers"):
+        fastbptt.Model(layers=()).cell
