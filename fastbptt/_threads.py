@@ -17,6 +17,7 @@ ask for them.
 """
 from __future__ import annotations
 
+import operator
 import os
 import threading
 
@@ -63,8 +64,12 @@ def set_num_threads(n):
     Results are bitwise reproducible at a fixed thread count; they may differ in the
     last bits between thread counts, as BLAS splits its sums differently.
     """
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an int; got {type(n).__name__}")
+    try:
+        if isinstance(n, bool):
+            raise TypeError
+        n = operator.index(n)               # an int, or NumPy's integers
+    except TypeError:
+        raise TypeError(f"n must be an int; got {type(n).__name__}") from None
     if not 1 <= n <= MAX_THREADS:
         raise ValueError(f"n must lie in [1, {MAX_THREADS}] (the CPU count); got {n}")
     _configured[:] = [n]

@@ -13,6 +13,10 @@ __all__ = ["clip_grads", "global_norm"]
 
 def _arrays(grads):
     """The gradient arrays, each a float NumPy array (clipped in place)."""
+    return list(_named_arrays(grads).values())
+
+
+def _named_arrays(grads):
     arrays = leaves(grads, "grads")
     for name, a in arrays.items():
         refuse_masked(f"grads {name}", a)
@@ -20,7 +24,7 @@ def _arrays(grads):
             kind = a.dtype if isinstance(a, np.ndarray) else type(a).__name__
             raise TypeError(f"grads {name} must be a float NumPy array (as fastbptt.grad "
                             f"returns them); got {kind}")
-    return list(arrays.values())
+    return arrays
 
 
 def global_norm(grads):
@@ -70,7 +74,10 @@ def _bound(name, value):
         raise TypeError(f"{name} must be a number or None; got {type(value).__name__}")
     if not value > 0:
         raise ValueError(f"{name} must be positive (None: no clipping); got {value}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:                       # an int beyond any float: no limit at all
+        return math.inf
 
 
 def clip_grads(grads, *, max_norm=None, max_value=None):
@@ -85,10 +92,12 @@ def clip_grads(grads, *, max_norm=None, max_value=None):
     returned norm is always that of the gradients as passed.
     """
     max_norm, max_value = _bound("max_norm", max_norm), _bound("max_value", max_value)
-    arrays = _arrays(grads)
-    for a in arrays:
-        if not a.flags.writeable:
-            raise ValueError("clip_grads clips in place; got a read-only gradient array")
+    named = _named_arrays(grads)
+    arrays = list(named.values())
+    for name, a in named.items():
+        if not a.flags.writeable and (max_norm is not None or max_value is not None):
+            raise ValueError(f"grads {name} is read-only, and clip_grads clips in place; "
+                             f"give it writeable arrays (np.array(...) copies)")
     top, total = _norm_parts(arrays)
     norm = top * math.sqrt(total)
     if max_norm is not None and norm > max_norm:

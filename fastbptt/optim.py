@@ -32,12 +32,26 @@ def _fraction(label, value):
     return float(value)
 
 
+def _finite(value):
+    """Whether a real number is finite (an int too large for a float is not)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def _shown(value):
+    """A number for a message: an int of hundreds of digits by its size."""
+    digits = len(str(abs(value))) if isinstance(value, (int, np.integer)) else 0
+    return f"an int of {digits} digits" if digits > 20 else repr(value)
+
+
 def _epsilon(value):
     """eps: a finite number above 0, as float."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, _REAL):
         raise TypeError(f"eps must be a number; got {type(value).__name__}")
-    if not (value > 0 and np.isfinite(value)):
-        raise ValueError(f"eps must be positive and finite; got {value}")
+    if not (value > 0 and _finite(value)):
+        raise ValueError(f"eps must be positive and finite; got {_shown(value)}")
     return float(value)
 
 
@@ -76,12 +90,19 @@ def _pairs(params, grads):
         if gradient is None:
             raise ValueError(f"grads has no {name!r} but params does")
         refuse_masked(f"params {name!r}", value)
-        if not isinstance(value, np.ndarray) or not value.flags.writeable:
-            raise TypeError(f"params {name!r} must be a writeable NumPy array to update "
-                            f"in place; got {type(value).__name__}")
-        if value.dtype not in (np.float32, np.float64):
+        if not isinstance(value, np.ndarray):
+            raise TypeError(f"params {name!r} must be a NumPy array to update in place; "
+                            f"got {type(value).__name__}")
+        if not value.flags.writeable:
+            raise ValueError(f"params {name!r} is read-only, and the update writes into it; "
+                             f"give the optimizer writeable arrays (np.array(...) copies)")
+        if value.dtype.newbyteorder("=") not in (np.float32, np.float64):
             raise TypeError(f"params {name!r} must hold float32 or float64 to be updated; "
                             f"got {value.dtype}")
+        if not value.dtype.isnative:
+            raise TypeError(f"params {name!r} must hold float32 or float64 in this machine's "
+                            f"byte order to be updated in place; got {value.dtype.str} "
+                            f"(convert the params once: .astype(np.float32) or np.float64)")
         if np.shape(gradient) != value.shape:
             raise ValueError(f"grads {name!r} is {np.shape(gradient)} but params {name!r} "
                              f"is {value.shape}")
@@ -101,8 +122,8 @@ class Optimizer:
     def __init__(self, lr):
         if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, _REAL):
             raise TypeError(f"lr must be a number; got {type(lr).__name__}")
-        if not lr > 0 or not np.isfinite(lr):
-            raise ValueError(f"lr must be positive and finite; got {lr}")
+        if not lr > 0 or not _finite(lr):
+            raise ValueError(f"lr must be positive and finite; got {_shown(lr)}")
         self.lr = float(lr)
         self.t = 0                              # steps taken
         self.state: dict[str, dict[str, np.ndarray]] = {}
@@ -155,6 +176,9 @@ class Optimizer:
         if not hasattr(state, "items"):
             raise TypeError(f"state must be a dict from state_dict(); got "
                             f"{type(state).__name__}")
+        odd = next((key for key in state if not isinstance(key, str)), None)
+        if odd is not None:
+            raise ValueError(f"state's keys are names (str); got {odd!r}")
         state = {key: value.item() if isinstance(value, np.ndarray) and value.ndim == 0
                  and "." not in key else value for key, value in state.items()}
         if "kind" not in state:
@@ -167,18 +191,23 @@ class Optimizer:
             raise ValueError(f"the {kind} state has no {', '.join(map(repr, missing))}")
         lr = state["lr"]          # the rate last used: a decay may have brought it to 0
         if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, _REAL) \
-                or not 0 <= lr < math.inf:
-            raise ValueError(f"the {kind} state's lr must be a finite number >= 0; got {lr!r}")
+                or not (lr >= 0 and _finite(lr)):
+            raise ValueError(f"the {kind} state's lr must be a finite number >= 0; got "
+                             f"{_shown(lr)}")
+        unknown = [key for key in state
+                   if "." not in key and key not in ("kind", "lr", "t", *self._options())]
+        if unknown:
+            raise ValueError(f"unknown optimizer state entry {unknown[0]!r} for {kind}")
         try:                                   # the constructor's checks of every option
             fresh = type(self)(lr=1.0, **{k: state[k] for k in self._options()})
         except (TypeError, ValueError) as error:
             raise ValueError(f"the {kind} state's {error}") from None
         fresh.lr = float(lr)
         t = state["t"]
-        if isinstance(t, (bool, np.bool_)) or not isinstance(t, _REAL) \
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, _REAL) or not _finite(t) \
                 or not float(t).is_integer() or t < 0:
             raise ValueError(f"the {kind} state's step count t must be a whole number >= 0; "
-                             f"got {t!r}")
+                             f"got {_shown(t)}")
         buffers = {}
         for key, value in state.items():
             if "." in key:
@@ -311,6 +340,9 @@ OPTIMIZERS = {"sgd": SGD, "adagrad": Adagrad, "adam": Adam}
 
 def make_optimizer(kind, lr, **options):
     """An optimizer by name ('sgd', 'adagrad', 'adam'); options go to its constructor."""
+    if not isinstance(kind, str):
+        raise TypeError(f"kind must be an optimizer's name, a str ({', '.join(OPTIMIZERS)}); "
+                        f"got {type(kind).__name__}")
     try:
         cls = OPTIMIZERS[kind]
     except KeyError:

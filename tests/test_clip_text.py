@@ -252,3 +252,16 @@ def test_a_trainer_checks_its_options_codec_and_ids():
     trainer = Trainer(TrainOptions(hidden=4, cell="elman", batch=2, seq_length=5), ids, codec)
     with pytest.raises(TypeError, match="prime must be a str"):
         trainer.sample(prime=None)
+
+
+def test_read_only_gradients_are_named_and_huge_limits_clip_nothing():
+    frozen = np.ones((2, 2))
+    frozen.setflags(write=False)
+    g = {"U": np.ones((2, 2)), "W": frozen}
+    with pytest.raises(ValueError, match="grads W is read-only, and clip_grads clips in place"):
+        fastbptt.clip_grads(g, max_norm=1.0)
+    assert fastbptt.clip_grads(g) == pytest.approx(np.sqrt(8))    # nothing to write
+    assert fastbptt.clip_grads(dict(g, W=np.ones((2, 2))), max_norm=10**400) == \
+        pytest.approx(np.sqrt(8))                         # an int beyond floats: no limit
+    fastbptt.set_num_threads(np.int64(1))                  # NumPy's ints, as elsewhere
+    assert fastbptt.get_num_threads() == 1

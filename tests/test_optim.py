@@ -155,8 +155,30 @@ def test_bad_arguments():
         Adagrad(0.1).step(params, grads)
     frozen = arrays(P0)
     frozen["U"].setflags(write=False)
-    with pytest.raises(TypeError, match="writeable"):
+    with pytest.raises(ValueError, match="params 'U' is read-only, and the update writes "
+                                         "into it"):
         SGD(0.1).step(frozen, arrays(G1))
+
+
+def test_awkward_numbers_and_arrays_are_named():
+    """Ints beyond any float, a list as the kind, keys that are no names, entries of no
+    optimizer and big-endian params got NumPy's or Python's own errors, or were taken."""
+    for make in (lambda: SGD(lr=10**400), lambda: Adam(eps=10**400)):
+        with pytest.raises(ValueError, match="must be positive and finite; got an int of "
+                                             "401 digits"):
+            make()
+    with pytest.raises(TypeError, match="kind must be an optimizer's name"):
+        make_optimizer(["sgd"], 0.1)
+    state = Adam(0.1).state_dict()
+    for bad, words in [({"t": 10**400}, "step count t must be a whole number >= 0; got an "
+                                        "int of 401 digits"),
+                       ({3: 5}, "state's keys are names"),
+                       ({"momentum": 0.9}, "unknown optimizer state entry 'momentum'")]:
+        with pytest.raises(ValueError, match=words):
+            Adam(0.1).load_state_dict({**state, **bad})
+    swapped = {k: v.astype(v.dtype.newbyteorder()) for k, v in arrays(P0).items()}
+    with pytest.raises(TypeError, match="in this machine's byte order .* got >f8 .*astype"):
+        SGD(0.1).step(swapped, arrays(G1))
 
 
 def test_updates_the_arrays_grad_returns_for():
