@@ -31,6 +31,9 @@ class Corpus(NamedTuple):
 
     def split(self, val_fraction):
         """(train, validation): the last ``val_fraction`` of the characters is validation."""
+        if isinstance(val_fraction, bool) or not isinstance(val_fraction, numbers.Real):
+            raise TypeError(f"val_fraction must be a number; got "
+                            f"{type(val_fraction).__name__}")
         if not 0 <= val_fraction < 1:
             raise ValueError(f"val_fraction must lie in [0, 1); got {val_fraction}")
         cut = len(self.text) - int(round(len(self.text) * val_fraction))
@@ -84,6 +87,18 @@ def read_files(paths):
     in which files, so that a binary file or another encoding does not pass unnoticed."""
     if isinstance(paths, (str, bytes, os.PathLike)):       # one file, not its characters
         paths = [paths]
+    try:
+        paths = list(paths)                 # read once (a generator)
+    except TypeError:
+        raise TypeError(f"paths must be a file path or a list of them; got "
+                        f"{type(paths).__name__}") from None
+    odd = next((p for p in paths if not isinstance(p, (str, bytes, os.PathLike))), None)
+    if odd is not None:                     # an int would be a file descriptor, then closed
+        raise TypeError(f"paths must be file paths (str, bytes or os.PathLike); got "
+                        f"{type(odd).__name__}")
+    paths = [os.fsdecode(p) for p in paths]                 # named as str
+    if not paths:
+        raise ValueError("paths names no file")
     parts, replaced = [], []
     for path in paths:
         with open(path, "rb") as f:

@@ -15,6 +15,7 @@ the loss a layer's caller injects, L = sum_t <dh_t, h_t> + <dh_final, h_final>
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -114,9 +115,13 @@ def _step(eps):
     if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer,
                                                                    np.floating)):
         raise TypeError(f"eps must be a number (the finite-difference step); got {eps!r}")
-    if not (np.isfinite(eps) and eps > 0):
+    try:
+        finite, shown = math.isfinite(float(eps)), repr(eps)
+    except OverflowError:                       # an int beyond any float
+        finite, shown = False, f"an int of {len(str(eps))} digits"
+    if not (finite and eps > 0):
         raise ValueError(f"eps must be a finite number above 0 (the finite-difference "
-                         f"step, default {DEFAULT_EPS:.3g}); got {eps!r}")
+                         f"step, default {DEFAULT_EPS:.3g}); got {shown}")
     return eps
 
 

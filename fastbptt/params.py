@@ -16,6 +16,7 @@ each structure and how to build the same structure back:
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import NamedTuple, Optional
 
@@ -166,6 +167,34 @@ def init_params(input_size, hidden_size, output_size, *, cell="elman", num_layer
         stacks existed; otherwise a `Model` whose ``layers[l][d]`` are `Layer` objects,
         drawn layer by layer, forward before reverse, U, W, b, bh each, then V and c.
     """
+    _check_model_args(input_size, hidden_size, output_size, cell, num_layers, bidirectional,
+                      bias)
+    try:
+        floats = dtype is not None and np.dtype(dtype) in (np.float32, np.float64)
+    except TypeError:                       # not a dtype at all: "foo", object()
+        floats = False
+    if not floats:
+        raise TypeError(f"dtype must be float32 or float64 (np.float32, 'float64', ...); "
+                        f"got {dtype!r}")
+    dtype = np.dtype(dtype)
+    rng = generator(seed, "seed")
+    scale = 1.0 / math.sqrt(hidden_size)
+
+    def draw(*shape):
+        return rng.uniform(-scale, scale, size=shape).astype(dtype)
+
+    shapes = leaf_shapes(input_size, hidden_size, output_size, cell=cell,
+                         num_layers=num_layers, bidirectional=bidirectional, bias=bias)
+    count = sum(math.prod(shape) for shape in shapes.values())
+    if count > np.iinfo(np.intp).max // dtype.itemsize:
+        raise ValueError(f"these sizes make {count:,} parameters, more than memory can hold")
+    return from_leaves({name: draw(*shape) for name, shape in shapes.items()})
+
+
+def _check_model_args(input_size, hidden_size, output_size, cell, num_layers, bidirectional,
+                      bias):
+    """TypeError or ValueError naming the first argument of a model's sizes that is not
+    one (`init_params`, `leaf_shapes`)."""
     sizes = {"input_size": input_size, "hidden_size": hidden_size, "output_size": output_size,
              "num_layers": num_layers}
     for name, value in sizes.items():
@@ -179,29 +208,14 @@ def init_params(input_size, hidden_size, output_size, *, cell="elman", num_layer
     for name, flag in (("bidirectional", bidirectional), ("bias", bias)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name} must be True or False; got {flag!r}")
-    try:
-        floats = dtype is not None and np.dtype(dtype) in (np.float32, np.float64)
-    except TypeError:                       # not a dtype at all: "foo", object()
-        floats = False
-    if not floats:
-        raise TypeError(f"dtype must be float32 or float64 (np.float32, 'float64', ...); "
-                        f"got {dtype!r}")
-    dtype = np.dtype(dtype)
-    rng = generator(seed, "seed")
-    scale = 1.0 / np.sqrt(hidden_size)
-
-    def draw(*shape):
-        return rng.uniform(-scale, scale, size=shape).astype(dtype)
-
-    shapes = leaf_shapes(input_size, hidden_size, output_size, cell=cell,
-                         num_layers=num_layers, bidirectional=bidirectional, bias=bias)
-    return from_leaves({name: draw(*shape) for name, shape in shapes.items()})
 
 
 def leaf_shapes(input_size, hidden_size, output_size, *, cell="elman", num_layers=1,
                 bidirectional=False, bias=True):
     """{name: shape} of the arrays `init_params` makes with these arguments, under the
     names of `leaves` and in its order (which is the order they are drawn in)."""
+    _check_model_args(input_size, hidden_size, output_size, cell, num_layers, bidirectional,
+                      bias)
     L, H, C = input_size, hidden_size, output_size
     if cell == "elman" and num_layers == 1 and not bidirectional:
         shapes = {"U": (H, L), "W": (H, H), "V": (C, H)}
@@ -448,6 +462,12 @@ def from_leaves(named):
     ``layers.<l>.<d>.<name>`` with V (and c). The arrays themselves go into the structure,
     not copies. `LeafError` names an unknown name or a missing required array: U, W, V for
     a `Params`; U and W of every layer and direction, and V, for a `Model`."""
+    if not hasattr(named, "items"):
+        raise TypeError(f"named must be a dict of arrays by name (as leaves returns); got "
+                        f"{type(named).__name__}")
+    odd = next((name for name in named if not isinstance(name, str)), None)
+    if odd is not None:
+        raise LeafError(odd, False)
     if not any(name.startswith("layers.") for name in named):
         for name in named:
             if name not in NAMES:

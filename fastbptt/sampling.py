@@ -110,6 +110,12 @@ def _check_draw(n, temperature, activation, cell, name="n"):
         raise TypeError(f"temperature must be a number; got {type(temperature).__name__}")
     if not temperature > 0:
         raise ValueError(f"temperature must be positive; got {temperature}")
+    try:
+        float(temperature)
+    except OverflowError:
+        raise ValueError(f"temperature must be a number a float can hold; got an int of "
+                         f"{len(str(temperature))} digits (float('inf') draws uniformly)"
+                         ) from None
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"{name} must be an int, the number of "
                         f"{'characters' if name == 'chars' else 'ids'} to draw; got {n!r}")
@@ -219,8 +225,9 @@ def sample_chunks(params, codec, *, prime="", chars=200, chunk=CHUNK, temperatur
     strings; the arguments are checked before it is returned): for output that shows as
     it comes, or a draw that may stop part-way. Together they are the characters `sample`
     draws, from the same numbers of ``rng`` (one a character)."""
-    if isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer)) \
-            or chunk < 1:
+    if isinstance(chunk, (bool, np.bool_)) or not isinstance(chunk, (int, np.integer)):
+        raise TypeError(f"chunk must be an int of at least 1; got {chunk!r}")
+    if chunk < 1:
         raise ValueError(f"chunk must be an int of at least 1; got {chunk!r}")
     ids = _checked(params, codec, prime)
     _check_draw(chars, temperature, activation, _model(params)[0].cell, "chars")

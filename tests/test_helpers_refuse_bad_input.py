@@ -1,6 +1,8 @@
 """The public helpers around the entry points (sampling, optimisers, clipping, text,
 gradient checks, the reference's building blocks, the JAX bridge) refuse what the entry
 points refuse, naming the argument, instead of reading it wrongly or failing inside."""
+import os
+
 import numpy as np
 import numpy.ma as ma
 import pytest
@@ -181,3 +183,40 @@ def test_messages_say_the_value_and_a_fix_that_applies():
         fastbptt.loss(np.array([[1, 2]]), y, p64, check_finite=False)
     for x, y in (([], []), ([[]], [[]])):
         assert fastbptt.loss(x, y, p64) == 0.0
+
+
+def test_sizes_names_paths_and_numbers_beyond_floats_are_named(tmp_path):
+    """Each of these failed inside (NumPy's sqrt of a 2**64 size, str.startswith of an int
+    name, bytes joined with str, an OverflowError of float()) or read wrongly (a generator
+    of paths came back empty; an int path opened that file descriptor and closed it)."""
+    from fastbptt import corpus, gradcheck
+    from fastbptt.params import LeafError, from_leaves, leaf_shapes
+    from fastbptt.sampling import sample_chunks
+    (tmp_path / "a.txt").write_text("hello there")
+    calls = [
+        (lambda: fastbptt.init_params(3, 2**64, 3), ValueError,
+         "more than memory can hold"),
+        (lambda: leaf_shapes("a", 3, 2), TypeError, "input_size must be an int; got str"),
+        (lambda: leaf_shapes(2, 3, 2, cell="foo"), ValueError, "unknown cell 'foo'"),
+        (lambda: from_leaves({1: P.U}), LeafError, "unknown name 1"),
+        (lambda: from_leaves(None), TypeError, "named must be a dict of arrays by name"),
+        (lambda: corpus.read_files([1]), TypeError, "paths must be file paths"),
+        (lambda: corpus.read_files(None), TypeError, "paths must be a file path or a list"),
+        (lambda: corpus.read_files([]), ValueError, "paths names no file"),
+        (lambda: corpus.read_files(str(tmp_path / "a.txt")).split("0.5"), TypeError,
+         "val_fraction must be a number; got str"),
+        (lambda: fastbptt.sample(P, Codec.from_text("abcde"), chars=3, temperature=10**400),
+         ValueError, "got an int of 401 digits"),
+        (lambda: sample_chunks(P, Codec.from_text("abcde"), chars=3, chunk="a"), TypeError,
+         "chunk must be an int"),
+        (lambda: gradcheck.check_grad(np.zeros((1, 3), int), np.zeros((1, 3), int), P,
+                                      eps=10**400), ValueError,
+         "eps must be a finite number above 0 .* got an int of 401 digits"),
+    ]
+    for call, error, words in calls:
+        with pytest.raises(error, match=words):
+            call()
+    path = str(tmp_path / "a.txt")
+    assert corpus.read_files(os.fsencode(path)).text == "hello there"
+    both = corpus.read_files(p for p in (path, tmp_path / "a.txt"))
+    assert both.text == "hello there" * 2 and both.description.startswith("a.txt, a.txt: ")
