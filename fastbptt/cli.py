@@ -88,9 +88,18 @@ def bench(args):
         what = "--distributed" if args.distributed else " and ".join(
             flag for flag, given in (("--torch", args.torch), ("--jax", args.jax)) if given)
         ignored = [flag for flag, given in (("--workloads", args.distributed and args.workloads),
-                                            ("--json", args.json is not None),
+                                            ("--json", args.distributed
+                                             and args.json is not None),
                                             ("--plot", args.plot is not None),
-                                            ("--startup", args.startup)) if given]
+                                            ("--startup", args.startup),
+                                            ("--reference", args.reference),
+                                            ("--no-peers", args.no_peers),
+                                            ("--torch", args.distributed and args.torch),
+                                            ("--jax", args.distributed and args.jax),
+                                            ("--threads", args.distributed
+                                             and args.threads != 1),
+                                            ("--repeat", args.distributed
+                                             and args.repeat != 50)) if given]
         if ignored:
             raise UsageError(f"{' and '.join(ignored)} cannot be used with {what}" + (
                 " (it prints its own table)" if args.distributed else
@@ -104,6 +113,14 @@ def bench(args):
         distributed.run()
         return 0
 
+    on_request = runner.REFERENCE_ON_REQUEST
+    if args.reference and not set(args.workloads or DEFAULT) & set(on_request):
+        raise UsageError(f"--reference times the documents' loop on "
+                         f"{' and '.join(on_request)}, and --workloads "
+                         f"{','.join(args.workloads)} has neither")
+    if args.plot is not None and args.no_peers:
+        raise UsageError("--plot draws fastbptt's speed-up against its peers, and --no-peers "
+                         "times none")
     if args.plot is not None:                   # fail before minutes of measuring
         _preflight.plot_file(args.plot)
     if args.json is not None:
@@ -128,14 +145,20 @@ def bench(args):
         results = bridge_steps.run(names, threads=args.threads, repeat=args.repeat,
                                    progress=lambda text: print(text, file=sys.stderr))
         print(bridge_steps.table(results, args.threads))
+        steps = bridge_steps.as_json(results)
         if not args.workloads:
+            if args.json:
+                report.write_json(None, args.json, bridge_steps=steps)
+                print(f"wrote {args.json}")
             return 0
+    else:
+        steps = None
     result = runner.run(names=args.workloads or DEFAULT, threads=args.threads,
                         repeat=args.repeat, with_peers=not args.no_peers,
                         reference=args.reference, startup=args.startup)
     print(report.table(result))
     if args.json:
-        report.write_json(result, args.json)
+        report.write_json(result, args.json, bridge_steps=steps)
         print(f"wrote {args.json}")
     if args.plot:
         report.plot(result, args.plot)
@@ -435,7 +458,8 @@ def build_parser():
     b.add_argument("--threads", type=_threads, default=1,
                    help="threads for every implementation (1)")
     b.add_argument("--repeat", type=_positive, default=50,
-                   help="timed calls per measurement, fewer when they would exceed ~2 s (50)")
+                   help="timed calls per measurement, fewer when they would exceed about 2 s "
+                        "(6 s for --torch and --jax steps) (50)")
     b.add_argument("--reference", action="store_true",
                    help="also time the documents' loop on W3 and W4, once each (slow)")
     b.add_argument("--no-peers", action="store_true",
@@ -448,7 +472,8 @@ def build_parser():
     b.add_argument("--json", metavar="FILE", help="write every measurement as JSON")
     b.add_argument("--torch", action="store_true",
                    help="time training steps through fastbptt.torch against PyTorch's own "
-                        "modules (T1-T3) instead of the workloads (add --workloads for both)")
+                        "modules (T1, T1e, T2, T3) instead of the workloads (add --workloads "
+                        "for both)")
     b.add_argument("--jax", action="store_true",
                    help="time jit(value_and_grad) through fastbptt.jax against lax.scan "
                         "layers (T4, T5) instead of the workloads (add --workloads for both)")

@@ -7,6 +7,7 @@ The peer tests need PyTorch and/or JAX and skip with the reason where they are m
 import dataclasses
 import itertools
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -260,3 +261,47 @@ def _arrays(tree):
     elif isinstance(tree, tuple):
         for part in tree:
             yield from _arrays(part)
+
+
+def test_the_documents_loop_runs_where_asked_and_no_peer_with_no_peers():
+    """--no-peers --reference timed the loop on W1 as its regular peer, in turns."""
+    from fastbptt.bench.runner import _peers_for
+    names = {(n, wp, r): [p.name for p in _peers_for(n, wp, r)]
+             for n in ("W1", "W3") for wp in (True, False) for r in (True, False)}
+    assert names[("W1", False, True)] == [] and names[("W1", True, False)] == ["documents' loop"]
+    assert names[("W3", False, True)] == ["documents' loop"]
+    assert "documents' loop" not in names[("W3", True, False)]
+    assert names[("W3", True, True)][0] == "documents' loop"
+
+
+def test_the_json_holds_the_bridges_steps_and_each_workloads_peak(monkeypatch, tmp_path,
+                                                                   capsys):
+    """--json with --torch or --jax wrote the workloads alone (or was refused), and no
+    workload's gemm figure, the denominator of its % of peak."""
+    import json
+
+    from fastbptt import cli
+    from fastbptt.bench import bridge_steps, report, runner, workloads
+
+    step = bridge_steps.STEPS["T1"]
+    timed = bridge_steps.Result(step, {"native": 0.02, "fastbptt": 0.01}, {"own": 1e-4},
+                                (4.1, 4.1), "note")
+    monkeypatch.setattr(bridge_steps, "run", lambda names, **kw: [timed])
+    monkeypatch.setattr(bridge_steps, "table", lambda results, threads: "table")
+    monkeypatch.setitem(sys.modules, "fastbptt.torch", sys)        # the extra is there
+    path = tmp_path / "t.json"
+    assert cli.main(["bench", "--torch", "--json", str(path)]) == 0
+    saved = json.loads(path.read_text())
+    assert saved["results"] == [] and saved["bridge_steps"][0]["speed_up"] == 2.0
+    assert saved["bridge_steps"][0]["step"]["name"] == "T1"
+    monkeypatch.setitem(workloads.WORKLOADS, "S1", tiny("S1"))
+    result = runner.run(names=("S1",), repeat=3, budget=0.05, with_peers=False)
+    out = report.as_json(result)["results"][0]
+    assert out["peak_gflops"] == result.results[0].peak > 0
+    capsys.readouterr()
+
+
+def test_a_missing_frameworks_peer_names_its_extra(monkeypatch):
+    from fastbptt.bench import torch_peer
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert torch_peer.unavailable().startswith("not installed (pip install 'fastbptt[torch]'; ")

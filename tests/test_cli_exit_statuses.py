@@ -124,8 +124,14 @@ USAGE = [
     (["bench", "--repeat", "0"], "argument --repeat"),
     (["bench", "--json", ""], "--json needs a file name; got ''"),
     (["bench", "--plot", " "], "--plot needs a file name; got ' '"),
-    (["bench", "--torch", "--json", "t.json"], "--json cannot be used with --torch alone (it "
+    (["bench", "--torch", "--no-peers"], "--no-peers cannot be used with --torch alone (it "
      "prints its own table); add --workloads to time the workloads as well"),
+    (["bench", "--jax", "--reference"], "--reference cannot be used with --jax alone"),
+    (["bench", "--distributed", "--repeat", "3"], "--repeat cannot be used with --distributed"),
+    (["bench", "--workloads", "W2,G1", "--reference"],
+     "--reference times the documents' loop on W3 and W4, and --workloads W2,G1 has neither"),
+    (["bench", "--no-peers", "--plot", "x.png"],
+     "--plot draws fastbptt's speed-up against its peers, and --no-peers times none"),
     (["bench", "--torch", "--jax", "--plot", "t.png", "--startup"],
      "--plot and --startup cannot be used with --torch and --jax alone"),
     (["bench", "--distributed", "--workloads", "W2"],

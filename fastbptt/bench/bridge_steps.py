@@ -23,7 +23,7 @@ import time
 from typing import NamedTuple, Optional
 
 __all__ = ["Step", "STEPS", "FRAMEWORKS", "make", "unavailable", "measure_turns", "own_cost",
-           "run", "table"]
+           "run", "table", "as_json"]
 
 
 class Step(NamedTuple):
@@ -172,6 +172,20 @@ def run(names, threads=1, repeat=30, budget=6.0, progress=print):
         progress(f"{name}: {STEPS[name].what} ...")
         results.append(run_step(STEPS[name], threads, repeat, budget))
     return results
+
+
+def as_json(results):
+    """The steps' measurements as JSON's values: per step its sizes, target, medians in
+    seconds (native, fastbptt and their parts), speed-up, the bridge's own cost, the
+    first-step losses, and why it was skipped, if it was."""
+    out = []
+    for r in results:
+        ours = r.medians.get("fastbptt")
+        out.append({"step": r.step._asdict(), "medians": dict(r.medians),
+                    "speed_up": None if ours is None else r.medians["native"] / ours,
+                    "own_cost": None if r.cost is None else dict(r.cost),
+                    "losses": list(r.losses), "note": r.note, "skipped": r.skipped})
+    return out
 
 
 def _ms(seconds):

@@ -78,7 +78,8 @@ def unavailable(threads=1):
     try:
         start(threads)
     except Exception as error:                   # ImportError, or a broken install
-        return f"not installed ({error.__class__.__name__}: {error})"
+        return (f"not installed (pip install 'fastbptt[jax]'; "
+                f"{error.__class__.__name__}: {error})")
     return None
 
 

@@ -208,17 +208,30 @@ def as_json(report):
         results.append({
             "workload": r.workload._asdict(), "flops": r.workload.flops, "threads": r.threads,
             "fastbptt": r.fastbptt.as_dict(), "gflops": r.gflops,
-            "percent_of_peak": r.percent_of_peak, "peers": peers,
+            "percent_of_peak": r.percent_of_peak, "peak_gflops": r.peak, "peers": peers,
             "threads_scaling": {str(n): t.as_dict() for n, t in r.scaling.items()},
+            "threads_scaling_peak_gflops": {str(n): v for n, v in r.scaling_peak.items()},
         })
     return {"date": report.date, "command": report.command, "threads": report.threads,
             "gemm_peak_gflops": report.peak, "machine": report.machine,
             "warnings": report.warnings, "startup": report.startup, "results": results}
 
 
-def write_json(report, path):
+def write_json(report, path, bridge_steps=None):
+    """``as_json(report)`` (None: only the bridges' steps, with the date, command and
+    machine) into ``path``, with the bridges' training steps under "bridge_steps" where
+    they were timed (`fastbptt.bench.bridge_steps.as_json`)."""
+    if report is None:
+        from .runner import stamp
+        from .timing import machine_info
+        command, date = stamp()
+        out = {"date": date, "command": command, "machine": machine_info(), "results": []}
+    else:
+        out = as_json(report)
+    if bridge_steps is not None:
+        out["bridge_steps"] = bridge_steps
     with open(path, "w") as f:
-        json.dump(as_json(report), f, indent=2)
+        json.dump(out, f, indent=2)
 
 
 def check_plotting():

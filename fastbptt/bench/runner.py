@@ -24,7 +24,10 @@ from .timing import (ENVIRONMENT, Timing, busy_cpus, gemm_call, gemm_peak, machi
                      measure, measure_turns, openblas_warnings)
 from .workloads import DEFAULT, WORKLOADS, Workload, make_data
 
-__all__ = ["PeerResult", "WorkloadResult", "BenchReport", "run"]
+__all__ = ["PeerResult", "WorkloadResult", "BenchReport", "run", "REFERENCE_ON_REQUEST"]
+
+# the workloads --reference adds the documents' loop to (timed once: it is slow)
+REFERENCE_ON_REQUEST = PEERS["documents' loop"].on_request
 
 # fastbptt also timed on 1 and 2 threads (large products: a second core should pay off)
 SCALED = ("W5", "G4")
@@ -133,12 +136,14 @@ def _command():
 
 
 def _peers_for(name, with_peers, reference):
+    """The peers of workload ``name``: its own where ``with_peers``, and the documents'
+    loop where it is timed only on request (W3, W4) and ``reference`` asks for it."""
     for peer in PEERS.values():
         if peer.name == "fastbptt":
             continue
-        if peer.slug == "reference" and reference and peer.runs(name, requested=True):
+        if with_peers and peer.runs(name):
             yield peer
-        elif with_peers and peer.runs(name):
+        elif reference and name in peer.on_request:
             yield peer
 
 
@@ -256,6 +261,9 @@ def run(names=DEFAULT, threads=1, repeat=50, budget=2.0, with_peers=True,
             startup_result[key] = measure_it()
             progress.done()
     progress.close()
-    return BenchReport(results, threads, peak, machine, _command(),
-                       datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
-                       warnings, startup_result)
+    return BenchReport(results, threads, peak, machine, *stamp(), warnings, startup_result)
+
+
+def stamp():
+    """(the command line, the local date and time) a report carries."""
+    return _command(), datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")

@@ -24,7 +24,8 @@ def unavailable():
     try:
         import torch  # noqa: F401
     except Exception as error:                   # ImportError, or a broken install
-        return f"not installed ({error.__class__.__name__}: {error})"
+        return (f"not installed (pip install 'fastbptt[torch]'; "
+                f"{error.__class__.__name__}: {error})")
     return None
 
 
