@@ -89,7 +89,9 @@ def new_checkpoint(path, option="--checkpoint", *, overwrite=False):
         ours = False
     if not ours:
         raise CommandError(f"{option} {path}: the file there is not a fastbptt checkpoint "
-                           "and would be overwritten; choose another path")
+                           "(or one damaged or cut short) and would be overwritten, which "
+                           "--overwrite does not do to other files; choose another path, or "
+                           "delete that file first")
     if not overwrite:
         raise CommandError(f"{option} {path} holds {_earlier_run(target)}, which a new run "
                            "would replace: continue it with --resume, keep it with another "

@@ -58,6 +58,8 @@ def folder(tmp_path_factory):
                                               a["vocab"])))
     rewrite(here / "lstm.npz", here / "gru.npz", edit_meta(lambda m: m["options"].update(
         cell="gru")))
+    rewrite(here / "good.npz", here / "no_digest.npz", edit_meta(lambda m: m["options"].update(
+        corpus_sha256=None)))
     return here
 
 
@@ -115,6 +117,11 @@ USAGE = [
     (["sample", "good.npz", "--chars", "99999999999999999999999"],
      "argument --chars: must be an integer in [0, 1e+08]"),
     (["sample", "good.npz", "--temperature", "-0.5"], "argument --temperature"),
+    (["sample", "good.npz", "--temperature", "1e-400"],      # above 0, but 0 as a float
+     "argument --temperature: must be a finite number above 0; got 1e-400, which is 0 as a "
+     "float (the least above 0 is 5e-324)"),
+    (["train", "tiny.txt", *SMALL, "--lr", "0E5"],
+     "argument --lr: must be a finite number above 0; got 0E5; see"),
     (["sample", "good.npz", "--prime", "QZ"], "--prime holds characters not in the vocabulary",
      PROCESS),
     (["demo", "--truncate", "0"], "argument --truncate", PROCESS),
@@ -217,7 +224,12 @@ def failures(folder):
         (["train", "tiny.txt", *SMALL, "--checkpoint", "tiny.txt/c.npz"],
          "tiny.txt is a file, not a folder"),
         (["train", "tiny.txt", *SMALL, "--checkpoint", "tiny.txt"],
-         "the file there is not a fastbptt checkpoint and would be overwritten"),
+         "the file there is not a fastbptt checkpoint (or one damaged or cut short) and would "
+         "be overwritten, which --overwrite does not do to other files; choose another path, "
+         "or delete that file first"),
+        (["train", "tiny.txt", *SMALL, "--checkpoint", "truncated.npz", "--overwrite"],
+         "--checkpoint truncated.npz: the file there is not a fastbptt checkpoint (or one "
+         "damaged or cut short)"),
         (["train", "tiny.txt", *SMALL, "--checkpoint", "good.npz"],
          "--checkpoint good.npz holds a run of 1 Elman layer of hidden size 8 at step 2, "
          "which a new run would replace: continue it with --resume, keep it with another "
@@ -265,6 +277,10 @@ def failures(folder):
         (["sample", "no_W.npz"], "no params.W entry"),
         (["sample", "int_W.npz"], "params.W is a 2-D int64 array"),
         (["sample", "no_step.npz"], "'meta' has no 'step'"),
+        (["train", "--resume", "--checkpoint", "no_digest.npz"],   # its text is there
+         "no_digest.npz is not a usable fastbptt checkpoint: its options' 'corpus_sha256', "
+         "the SHA-256 digest of the text that fastbptt train writes, is None, not 64 hex "
+         "digits"),
         (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "bad_rng.npz"],
          "bad_rng.npz is not a usable fastbptt checkpoint: its RNG state is not one of "
          "NumPy's PCG64 (", PROCESS),
