@@ -84,6 +84,8 @@ class TrainOptions:
         return k, (self.stride if self.stride is not None else k)
 
     def optimizer_options(self):
+        """The keyword arguments of the optimizer's constructor beyond lr (SGD's
+        momentum)."""
         return {"momentum": self.momentum} if self.optimizer == "sgd" else {}
 
     def check(self):

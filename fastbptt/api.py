@@ -178,8 +178,9 @@ def bptt(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="soft
         float32 or all float64: that dtype is the compute dtype of the call.
     truncate : int or None
         k: the error of output t flows back through at most the steps t ... lo(t),
-        lo(t) = max(0, (t // stride + 1) * stride - k). None means full BPTT. Not with
-        reverse directions; windows (stride < truncate) need one layer.
+        lo(t) = max(0, (t // stride + 1) * stride - k). None means full BPTT. With
+        reverse directions only a truncation that cuts nothing ((⌊(T−1)/s⌋ + 1)·s ≤ k);
+        windows (stride < truncate) need one layer.
     stride : int
         s, 1 <= s <= truncate. 1 gives a k-step window per output (document 003's loop
         is truncate=10); s = k gives chunked TBPTT (min-char-rnn).

@@ -3,8 +3,9 @@
 Arrays: ``params.<name>`` under the names of `fastbptt.params.leaves` (U, W, V, b, c for
 one Elman layer; ``layers.<l>.<d>.U``, ..., V, c for a stack or a gated cell),
 ``optim.<key>`` (the optimizer's buffers), ``vocab`` (code points), ``hidden`` (every
-cursor's state carried into the next call: (B, H), or (layers, B, H) for a stack) and, for
-an LSTM, ``cell_state`` (its c, shaped like ``hidden``), ``history.<key>``. Everything else
+cursor's state carried into the next call: (B, H) for one Elman layer, a `Params`, or
+(layers, B, H) for a `Model`, a stack or a gated cell, one layer too) and, for an LSTM,
+``cell_state`` (its c, shaped like ``hidden``), ``history.<key>``. Everything else
 (step, options, the optimizer's numbers, the RNG's state, the cursors' position) is one
 JSON string under ``meta``, with the format's number. Nothing is pickled: ``np.load``
 reads it with ``allow_pickle=False``. Format 1 (before stacks and gated cells) holds one

@@ -141,7 +141,11 @@ def unigram_entropy(ids, size):
 
 
 class Batch(NamedTuple):
-    """x, y (B, T') int64 views and whether the cursors just (re)started."""
+    """x, y (B, T') int64 views and whether the cursors just (re)started.
+
+    The views are of the batcher's ids, which are the caller's own array where that is
+    already contiguous int64: writing into x or y writes into it (and y is x shifted by
+    one step). Copy them to change them."""
 
     x: np.ndarray
     y: np.ndarray
@@ -187,6 +191,7 @@ class StreamBatcher:
 
     @property
     def calls_per_pass(self):
+        """The calls of `next` that read every segment once: ceil(S / T)."""
         return -(-self.segment // self.steps)
 
     @property
@@ -209,6 +214,7 @@ class StreamBatcher:
         return Batch(x, y, fresh)
 
     def state_dict(self):
+        """The cursors' position, {"pos", "passes"} (`load_state_dict` restores it)."""
         return {"pos": self.pos, "passes": self.passes}
 
     def load_state_dict(self, state):

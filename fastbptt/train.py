@@ -216,6 +216,9 @@ class Trainer:
                      "evals": np.array(self.evals, np.float64).reshape(-1, 2)})
 
     def save(self, path, **extra_options):
+        """Write `checkpoint` to ``path`` atomically (`fastbptt.checkpoint.save`), with
+        ``extra_options`` added to its options (the command adds the corpus's digest and
+        files); returns what that returns."""
         ck = self.checkpoint()
         ck.options.update(extra_options)
         ckpt_io.save(path, ck)
