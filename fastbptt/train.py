@@ -218,7 +218,7 @@ class Trainer:
     def save(self, path, **extra_options):
         """Write `checkpoint` to ``path`` atomically (`fastbptt.checkpoint.save`), with
         ``extra_options`` added to its options (the command adds the corpus's digest and
-        files); returns what that returns."""
+        files); returns ``path``."""
         ck = self.checkpoint()
         ck.options.update(extra_options)
         ckpt_io.save(path, ck)
