@@ -65,8 +65,8 @@ class Range:
             raise ValueError(f"must be {self.describe()}; got {value!r}")
         number = int(number) if self.integer else float(number)
         if not math.isfinite(number) or not self._inside(number):
-            if isinstance(value, str) and number == 0 and any(c in "123456789"
-                                                              for c in value.lower().split("e")[0]):
+            mantissa = value.lower().split("e")[0] if isinstance(value, str) else ""
+            if number == 0 and any(c in "123456789" for c in mantissa):
                 raise ValueError(f"must be {self.describe()}; got {value}, which is 0 as a "
                                  f"float (the least above 0 is 5e-324)")
             raise ValueError(f"must be {self.describe()}; got {value}")
