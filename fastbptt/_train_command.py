@@ -372,6 +372,8 @@ class _Loop:
                                  floor=100 if args.checkpoint_every is None else 0)
         self.chars = 0
         self.smooth, self.smoothed = 0.0, 0     # a moving average of the loss, of steps
+        # the run's RNG state before the sample of the step being estimated (None outside)
+        self.before_sample = None
 
     def done(self, now):
         if self.target is not None and self.trainer.step >= self.target:
@@ -416,18 +418,29 @@ class _Loop:
                                      f"{self.chars / (after - self.start):,.0f} chars/s "
                                      f"step {trainer.step}", refresh=False)
         if args.sample_every and trainer.step % args.sample_every == 0:
+            self.before_sample = trainer.rng.bit_generator.state
             eval_ids = self.r.val_ids[:args.eval_chars]
             val = evaluate(trainer.params, eval_ids, activation=self.r.options.activation)
             trainer.evals.append((trainer.step, val))
             line = f"--- step {trainer.step}: train {recent:.3f}, validation {val:.3f} nats/char"
             if not args.sample_chars:
                 self.say(line + " ---")
+                self.before_sample = None
                 return
             text = trainer.sample(args.sample_chars, temperature=args.temperature,
                                   stop=lambda: self.guard.received is not None)
             if text is None:            # a signal: the run stops after this step
                 text = f"(cut short by {self.guard.name})"
             self.say(f"{line}; sample:\n{text}\n---")
+            self.before_sample = None
+
+    def settle_sample(self):
+        """After a failure in a step's estimate or sample: the run's RNG as that sample
+        leaves it (one number a character), so that the resumed run, which goes on after
+        the step, draws what the run would have drawn without the failure."""
+        if self.before_sample is not None:
+            self.trainer.draw_past(self.before_sample, self.args.sample_chars)
+            self.before_sample = None
 
     def recent_loss(self):
         """The mean loss of recent steps of this invocation: their moving average, each
@@ -492,11 +505,13 @@ class _Loop:
             try:
                 self.run()
             except NothingToSave as error:
+                self.settle_sample()
                 raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
                               self.guard, self.again) from None
             except CommandError:
                 raise
             except Exception as error:
+                self.settle_sample()
                 raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
                               self.guard, self.again) from None
             self.r.chars, self.r.elapsed = self.chars, time.perf_counter() - self.start

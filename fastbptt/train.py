@@ -203,6 +203,13 @@ class Trainer:
                 return None
         return "".join(text)
 
+    def draw_past(self, state, chars):
+        """The run's RNG set to ``state`` and moved past the numbers a sample of ``chars``
+        characters draws (one a character), as that sample would leave it."""
+        self.rng.bit_generator.state = state
+        for start in range(0, chars, SAMPLE_CHUNK):
+            self.rng.random(min(SAMPLE_CHUNK, chars - start))
+
     def checkpoint(self):
         """The run as a `fastbptt.checkpoint.Checkpoint`, of copies: later steps do not
         change it."""

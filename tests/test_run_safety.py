@@ -187,6 +187,39 @@ def test_a_failed_sample_saves_the_run_and_resume_continues(corpus, tmp_path, ca
     assert checkpoint.load(ckpt).step == 5
 
 
+@pytest.mark.parametrize("where", ["estimate", "sample"])
+def test_a_failed_estimate_leaves_the_rng_as_the_steps_sample_would(corpus, tmp_path, capsys,
+                                                                    monkeypatch, where):
+    """The run saved its RNG as it was before the failed step's sample, which the resumed
+    run, going on after that step, never draws: its later samples and RNG state differed
+    from a run without the failure (its weights did not)."""
+    import fastbptt._train_command as command
+    whole, cut = tmp_path / "whole.npz", tmp_path / "cut.npz"
+    args = ["train", str(corpus), *SMALL, "--sample-every", "3", "--sample-chars", "7"]
+    assert main(args + ["--steps", "8", "--checkpoint", str(whole)]) == 0
+    real_evaluate, real_sample = command.evaluate, Trainer.sample
+
+    def evaluate(params, ids, **kwargs):        # the loop's estimates read 50,000 chars,
+        if where == "estimate" and len(ids) > 65:               # the warm-up's 65
+            raise MemoryError("no room for the estimate")
+        return real_evaluate(params, ids, **kwargs)
+
+    def sample(self, chars=200, *more, **kwargs):
+        if where == "sample" and self.step and kwargs.get("rng") is None:
+            self.rng.random(3)                                  # part-way through it
+            raise RuntimeError("the sampler broke")
+        return real_sample(self, chars, *more, **kwargs)
+    monkeypatch.setattr(command, "evaluate", evaluate)
+    monkeypatch.setattr(Trainer, "sample", sample)
+    assert main(args + ["--steps", "8", "--checkpoint", str(cut)]) == 1
+    assert checkpoint.load(cut).step == 3
+    capsys.readouterr()
+    monkeypatch.undo()
+    assert main(args + ["--steps", "8", "--checkpoint", str(cut), "--resume"]) == 0
+    same_run(checkpoint.load(cut), checkpoint.load(whole))         # the RNG's state too
+    capsys.readouterr()
+
+
 def test_an_error_whose_save_fails_says_both(corpus, tmp_path, capsys, monkeypatch):
     ckpt = tmp_path / "both.npz"
     calls = []
