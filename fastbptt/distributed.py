@@ -37,7 +37,6 @@ import gc
 import logging
 import math
 import mmap
-import importlib.util
 import os
 import re
 import shutil
@@ -447,25 +446,24 @@ _TLS_FILES = ("distributed.comm.tls.ca-file", "distributed.comm.tls.client.cert"
 
 def _unusable(address):
     """Why Dask could not connect to ``address`` where it would say so in words of its
-    own internals (an abstract class, a missing ssl_context, a file not found without
-    its name), or None."""
+    own internals (a missing ssl_context, a file not found without its name), or None.
+    A TLS setting that holds a certificate's text (Dask takes PEM text too) is never
+    quoted: it may be a private key."""
     scheme = address.split("://", 1)[0].lower() if "://" in address else "tcp"
     if scheme == "inproc":
         return (f"{address} is an address inside one process; give the scheduler's "
                 f"tcp:// (or tls://) address")
-    if scheme == "ucx" and importlib.util.find_spec("distributed_ucxx") is None:
-        return (f"{address}: Dask's ucx:// needs the distributed-ucxx package, which is "
-                f"not installed; or give the scheduler's tcp:// address")
     if scheme == "tls":
-        for name in _TLS_FILES:
-            path = dask.config.get(name, None)
-            if path is not None and not os.path.isfile(path):
-                return f"Dask's TLS setting {name} names {path!r}, which is not a file"
-        if dask.config.get(_TLS_FILES[0], None) is None:
-            return (f"{address}: tls:// needs Dask's TLS settings, none of which is set: "
-                    f"the CA's certificate and this process's certificate and key "
-                    f"(DASK_DISTRIBUTED__COMM__TLS__CA_FILE, ..._CLIENT__CERT and "
-                    f"..._CLIENT__KEY; the README's TLS paragraph)")
+        settings = {name: dask.config.get(name, None) for name in _TLS_FILES}
+        for name, value in settings.items():
+            if isinstance(value, str) and "\n" not in value and not os.path.isfile(value):
+                return f"Dask's TLS setting {name} names {value!r}, which is not a file"
+        unset = [name for name in _TLS_FILES[:2] if not settings[name]]
+        if unset:
+            return (f"{address}: tls:// needs Dask's TLS settings: the CA's certificate and "
+                    f"this process's certificate and key (DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
+                    f"..._CLIENT__CERT and ..._CLIENT__KEY; the README's TLS paragraph); "
+                    f"{' and '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set")
     return None
 
 
@@ -577,9 +575,15 @@ class Workers:
             except Exception as error:      # a refused or timed out connection, bad TLS
                 failed = f"{type(error).__name__}: {' '.join(str(error).split())}"
                 if isinstance(error, OSError) and "Timed out trying to connect" in failed:
-                    failed = (f"no Dask scheduler answered at {address} within {timeout:g} "
-                              f"s; start one there with `dask scheduler`, and its workers "
-                              f"with `dask worker {address}`")
+                    within = f"{timeout:g} s" if isinstance(timeout, (int, float)) else \
+                        str(timeout)
+                    failed = (f"no Dask scheduler answered at {address} within {within}; "
+                              f"start one there with `dask scheduler`, and its workers with "
+                              f"`dask worker {address}`")
+                elif isinstance(error, TypeError) and "UCXConnector" in failed:
+                    failed = (f"{address}: this Dask's ucx:// needs the distributed-ucxx "
+                              f"package, which is not installed; or give the scheduler's "
+                              f"tcp:// address")
             if failed is not None:
                 gc.collect()                # a half-made Client complains when collected
         finally:

@@ -50,8 +50,10 @@ def test_addresses_dask_cannot_use_are_named_in_words_of_the_address(tmp_path):
 
     import dask
     cases = [("inproc://127.0.0.1/1/1", {}, "is an address inside one process"),
-             ("tls://127.0.0.1:8786", {}, "tls:// needs Dask's TLS settings, none of which "
-                                          "is set"),
+             ("tls://127.0.0.1:8786", {}, "tls:// needs Dask's TLS settings: the CA's "
+                                          "certificate and this process's certificate and key"),
+             ("tls://127.0.0.1:8786", {"distributed.comm.tls.ca-file": __file__},
+              "distributed.comm.tls.client.cert is not set"),
              ("tls://127.0.0.1:8786", {"distributed.comm.tls.ca-file": str(tmp_path / "no")},
               f"Dask's TLS setting distributed.comm.tls.ca-file names "
               f"'{tmp_path / 'no'}', which is not a file")]
@@ -70,6 +72,31 @@ def test_addresses_dask_cannot_use_are_named_in_words_of_the_address(tmp_path):
             f"no Dask scheduler answered at {address} within 1 s; start one there with "
             f"`dask scheduler`, and its workers with `dask worker {address}`")):
         distributed.Workers.connect(address, timeout=1)
+    with pytest.raises(ConnectionError, match=f"answered at {address} within 1s; start"):
+        distributed.Workers.connect(address, timeout="1s")          # Dask's time strings
+
+
+def test_tls_settings_that_hold_a_certificates_text_connect_and_are_never_quoted():
+    """Dask takes PEM text for its TLS settings; they were refused as no file, the text
+    (a private key, it may be) quoted in the line."""
+    import dask
+    from distributed import LocalCluster, Security
+
+    security = Security.temporary()                   # the certificates as text
+    settings = {"distributed.comm.tls.ca-file": security.tls_ca_file,
+                "distributed.comm.tls.client.cert": security.tls_client_cert,
+                "distributed.comm.tls.client.key": security.tls_client_key}
+    assert all("\n" in text for text in settings.values())
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, host="127.0.0.1",
+                      security=security, dashboard_address=None) as cluster:
+        with dask.config.set(settings):
+            with distributed.Workers.connect(cluster.scheduler_address) as workers:
+                assert workers.addresses()[0].startswith("tls://127.0.0.1:")
+        with dask.config.set(dict(settings, **{"distributed.comm.tls.client.cert": None})):
+            with pytest.raises(ConnectionError) as refused:
+                distributed.Workers.connect(cluster.scheduler_address)
+    assert "client.cert is not set" in str(refused.value)
+    assert "BEGIN" not in str(refused.value)
 
 
 def test_a_wait_for_workers_ends_at_a_signal_the_command_received():
