@@ -118,9 +118,9 @@ def bench(args):
         raise UsageError(f"--reference times the documents' loop on "
                          f"{' and '.join(on_request)}, and --workloads "
                          f"{','.join(args.workloads)} has neither")
-    if args.plot is not None and args.no_peers:
+    if args.plot is not None and args.no_peers and not args.reference:
         raise UsageError("--plot draws fastbptt's speed-up against its peers, and --no-peers "
-                         "times none")
+                         "times none (add --reference for the documents' loop on W3, W4)")
     if args.plot is not None:                   # fail before minutes of measuring
         _preflight.plot_file(args.plot)
     if args.json is not None:
@@ -132,8 +132,11 @@ def bench(args):
         for bridge in ("torch", "jax"):             # one line naming the extra, status 1
             if getattr(args, bridge):
                 if bridge == "jax" and importlib.util.find_spec("jax") is not None:
-                    from .bench import jax_peer     # JAX starts on the bench's threads
-                    jax_peer.start(args.threads)    # before fastbptt.jax imports it
+                    from .bench import jax_peer         # JAX starts on the bench's threads
+                    try:                                # before fastbptt.jax imports it
+                        jax_peer.start(args.threads)
+                    except ImportError:                 # a broken install: fastbptt.jax's
+                        pass                            # import below says which extra
                 try:
                     importlib.import_module(f"fastbptt.{bridge}")
                 except ImportError as error:

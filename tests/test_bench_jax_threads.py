@@ -36,3 +36,17 @@ def test_the_jax_bridge_steps_start_jax_on_the_benchs_thread():
     assert done.returncode == 0, done.stderr
     from fastbptt.bench.jax_peer import XLA_ONE_THREAD          # imports no JAX
     assert done.stdout.splitlines()[0] == f"started 1 {XLA_ONE_THREAD}", done.stdout
+
+
+def test_a_broken_jax_install_gets_the_extras_line(tmp_path):
+    """Starting JAX for the bench ran outside the check for the extra: an ImportError of a
+    JAX that cannot load came out as 'unexpected ImportError'."""
+    broken = tmp_path / "jax"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise ImportError('jax requires jaxlib')\n")
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, (str(tmp_path), ROOT, os.environ.get("PYTHONPATH")))))
+    done = subprocess.run([sys.executable, "-m", "fastbptt", "bench", "--jax"], env=environ,
+                          capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stderr) == (
+        1, "fastbptt bench: --jax: fastbptt.jax needs JAX: pip install 'fastbptt[jax]'\n")

@@ -138,7 +138,8 @@ USAGE = [
     (["bench", "--workloads", "W2,G1", "--reference"],
      "--reference times the documents' loop on W3 and W4, and --workloads W2,G1 has neither"),
     (["bench", "--no-peers", "--plot", "x.png"],
-     "--plot draws fastbptt's speed-up against its peers, and --no-peers times none"),
+     "--plot draws fastbptt's speed-up against its peers, and --no-peers times none (add "
+     "--reference for the documents' loop on W3, W4)"),
     (["bench", "--torch", "--jax", "--plot", "t.png", "--startup"],
      "--plot and --startup cannot be used with --torch and --jax alone"),
     (["bench", "--distributed", "--workloads", "W2"],
