@@ -256,10 +256,16 @@ def save(path, ckpt):
     if not isinstance(ckpt.codec, Codec):
         raise TypeError(f"the checkpoint's codec must be a fastbptt.text.Codec; got "
                         f"{type(ckpt.codec).__name__}")
-    if isinstance(ckpt.step, (bool, np.bool_)) or not isinstance(ckpt.step, (int, np.integer)):
+    if isinstance(ckpt.step, (bool, np.bool_)) or not isinstance(
+            ckpt.step, (int, np.integer, float, np.floating)) or \
+            not float(ckpt.step).is_integer():
         raise TypeError(f"the checkpoint's step must be an int; got {ckpt.step!r}")
     try:
         arrays = _arrays(ckpt)
+        held = next((name for name, a in arrays.items() if a.dtype.hasobject), None)
+        if held is not None:            # np.savez would pickle it, and load refuses pickles
+            raise CheckpointError(f"its {held} holds Python objects (dtype object), which "
+                                  f"a checkpoint does not pickle; give numbers")
         _read(_Entries(arrays))
     except CheckpointError as error:
         raise CheckpointError(f"not saved to {os.fspath(path)}: {error}") from None

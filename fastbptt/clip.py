@@ -60,8 +60,8 @@ def _norm_parts(arrays):
         parts.append((1.0, part))
     top = max((t for t, _ in parts), default=1.0)
     total = 0.0
-    for t, part in parts:
-        total += (t / top) ** 2 * part if t != top else part
+    for t, part in parts:               # inf or NaN parts as they are (0 * inf is NaN)
+        total += (t / top) ** 2 * part if t != top and math.isfinite(part) else part
     return top, total
 
 

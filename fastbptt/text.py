@@ -130,9 +130,10 @@ def unigram_entropy(ids, size):
     evaluated on the same ``ids``.
     """
     ids = token_ids("ids", ids)
-    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or \
-            size < 0:
-        raise TypeError(f"size must be an int of at least 0; got {size!r}")
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
+        raise TypeError(f"size must be an int; got {size!r}")
+    if size < 0:
+        raise ValueError(f"size must be at least 0; got {size}")
     if not ids.size:
         return float("nan")
     counts = np.bincount(ids, minlength=size).astype(np.float64)

@@ -318,21 +318,29 @@ def test_a_cursor_position_the_text_cannot_have_is_refused_before_placing(traine
     assert not placed
 
 
+def _no_head(ck):
+    return ck.params._replace(V=None, c=None)
+
+
 @pytest.mark.parametrize("change,phrase", [
     (dict(step=-1), "'meta' step is -1"),
     (dict(rng_state=None), "'meta' 'rng_state' is a NoneType, not a dict"),
     (dict(hidden=np.zeros(6)), "'hidden' is a 1-D float64 array"),
-    (dict(params=None), "params"),
+    (dict(params=_no_head), "no params.V entry"),
+    (dict(history={"loss": np.array([1.0, None], dtype=object)}),
+     "its history.loss holds Python objects"),
     (dict(options={"s": {1, 2}}), "must be JSON's kinds of values"),
-], ids=["step", "rng", "hidden", "params", "options"])
+], ids=["step", "rng", "hidden", "no-head", "objects", "options"])
 def test_save_refuses_what_load_would_and_keeps_the_file_there(trainer, tmp_path, change,
                                                                phrase):
     """save wrote such checkpoints atomically over a good one, which load then refused."""
     path = tmp_path / "run.npz"
     trainer.save(path)
     good = path.read_bytes()
+    ck = trainer.checkpoint()
+    change = {k: v(ck) if callable(v) else v for k, v in change.items()}
     with pytest.raises((CheckpointError, TypeError, ValueError), match=phrase):
-        checkpoint.save(path, dataclasses.replace(trainer.checkpoint(), **change))
+        checkpoint.save(path, dataclasses.replace(ck, **change))
     assert path.read_bytes() == good and sorted(tmp_path.iterdir()) == [path]
     for bad, error in [(dict(step=2.7), "step must be an int; got 2.7"),
                        (dict(step=True), "step must be an int; got True"),

@@ -86,6 +86,8 @@ def test_the_norm_of_float64_gradients_whose_squares_overflow(big):
     np.testing.assert_allclose(g.U, 0.5, rtol=1e-12)
     assert fastbptt.clip.global_norm(g) == pytest.approx(1.0, rel=1e-7)
     assert not g.W.any() and not g.V.any()      # scaled below float32's range: 0, rightly
+    g = fastbptt.Params(np.full((1, 1), big), np.full((1, 1), np.inf), np.ones((1, 1)))
+    assert fastbptt.clip.global_norm(g) == np.inf           # not NaN: inf beside a scaled part
     floats = fastbptt.Params(np.full((2, 2), 3e38, np.float32), np.ones((1, 1), np.float32),
                              np.zeros((1, 1), np.float32))
     fastbptt.clip_grads(floats, max_norm=1.0)         # 1 / 6e38 is below float32's normals
@@ -233,8 +235,11 @@ def test_a_codec_holds_unicode_characters_only():
     """A lone surrogate made a codec that could not encode its own text."""
     with pytest.raises(ValueError, match="a lone surrogate"):
         Codec.from_text("ab\udc80")
-    for codes in ([-1], np.array([2**40]), [0xD800]):
-        with pytest.raises(ValueError):
+    for codes, words in (([-1], r"codes must be Unicode code points, in \[0, 0x10FFFF\]; "
+                                "got -1"),
+                         (np.array([2**40]), "codes must be Unicode code points"),
+                         ([0xD800], "a lone surrogate")):
+        with pytest.raises(ValueError, match=words):
             Codec.from_array(codes)
     with pytest.raises(TypeError, match="chars must be characters"):
         Codec(None)
