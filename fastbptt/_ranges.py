@@ -64,11 +64,14 @@ class Range:
                 number, numbers.Integral if self.integer else numbers.Real):
             raise ValueError(f"must be {self.describe()}; got {value!r}")
         number = int(number) if self.integer else float(number)
+        mantissa = value.strip().lower().split("e")[0] if isinstance(value, str) else ""
+        if number == 0 and any(c in "123456789" for c in mantissa):  # 1e-400: not 0, and
+            if mantissa.startswith("-"):                # where 0 means "none", not that
+                raise ValueError(f"must be {self.describe()}; got {value}")
+            fix = "give 0 if 0 is meant, or " if self._inside(0.0) else ""
+            raise ValueError(f"must be {self.describe()}; got {value}, which is 0 as a "
+                             f"float: {fix}a number of at least 5e-324")
         if not math.isfinite(number) or not self._inside(number):
-            mantissa = value.lower().split("e")[0] if isinstance(value, str) else ""
-            if number == 0 and any(c in "123456789" for c in mantissa):
-                raise ValueError(f"must be {self.describe()}; got {value}, which is 0 as a "
-                                 f"float (the least above 0 is 5e-324)")
             raise ValueError(f"must be {self.describe()}; got {value}")
         return number
 

@@ -119,7 +119,14 @@ USAGE = [
     (["sample", "good.npz", "--temperature", "-0.5"], "argument --temperature"),
     (["sample", "good.npz", "--temperature", "1e-400"],      # above 0, but 0 as a float
      "argument --temperature: must be a finite number above 0; got 1e-400, which is 0 as a "
-     "float (the least above 0 is 5e-324)"),
+     "float: a number of at least 5e-324"),
+    (["train", "tiny.txt", *SMALL, "--clip-norm", "1e-400"],    # not 0, which is no clipping
+     "argument --clip-norm: must be a finite number of at least 0; got 1e-400, which is 0 as "
+     "a float: give 0 if 0 is meant, or a number of at least 5e-324"),
+    (["train", "tiny.txt", *SMALL, "--checkpoint-every", "1e-400s"],   # not 0: none at all
+     "argument --checkpoint-every: must be N steps"),
+    (["train", "tiny.txt", *SMALL, "--lr=-1e-999"],
+     "argument --lr: must be a finite number above 0; got -1e-999; see"),
     (["train", "tiny.txt", *SMALL, "--lr", "0E5"],
      "argument --lr: must be a finite number above 0; got 0E5; see"),
     (["sample", "good.npz", "--prime", "QZ"], "--prime holds characters not in the vocabulary",
