@@ -91,7 +91,10 @@ class Trainer:
                                  f"{type(self.rng.bit_generator).__name__} ({error})") from None
             self.params = from_leaves({name: _resume.in_dtype(f"params {name}", a, self.dtype)
                                        for name, a in leaves(resume.params).items()})
-            self.optimizer.load_state_dict(resume.optimizer)
+            self.optimizer.load_state_dict({       # buffers in the params' dtype, as saved
+                key: _resume.in_dtype(f"the optimizer's {key}", value, self.dtype)
+                if "." in key and isinstance(value, np.ndarray) and value.dtype.kind == "f"
+                else value for key, value in resume.optimizer.items()})
             h, c = zero_state(self.params, options.batch)
             states = [None if a is None else _resume.in_dtype(f"the carried {what}", a,
                                                               self.dtype)

@@ -262,6 +262,8 @@ UNFIT = [
     ("V beyond float32", _huge_V, "params V holds "),
     ("V beyond float32, said", _huge_V, "beyond the range of --dtype float32 (at most "
                                         "3.403e+38)"),
+    ("m beyond float32", _buffer("m.V", lambda v: np.full(v.shape, 1e300)),
+     "the optimizer's m.V holds 1e+300, beyond the range of --dtype float32"),
     ("evals not pairs", lambda ck: dataclasses.replace(
         ck, history=dict(ck.history, evals=np.array([1.0, 2.0, 3.0]))),
      "its history.evals holds 3 numbers, not pairs of a step and a validation loss"),
