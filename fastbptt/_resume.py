@@ -82,7 +82,8 @@ def find_corpus(load, files, saved, checkpoint):
     """(corpus, files) of the text the checkpoint was trained on; ``load(files)`` reads
     files ([] for the default corpus)."""
     digest = saved.get("corpus_sha256")
-    if not (isinstance(digest, str) and len(digest) == 64):
+    if not (isinstance(digest, str) and len(digest) == 64
+            and all(c in "0123456789abcdef" for c in digest)):
         raise CheckpointError(f"{checkpoint} is not a usable fastbptt checkpoint: its "
                               f"options' 'corpus_sha256', the SHA-256 digest of the text that "
                               f"fastbptt train writes, is {digest!r}, not 64 hex digits; "

@@ -414,10 +414,11 @@ def _dash_hint(message, given):
     if found is None:
         return ""
     option = found.group(1)
-    for i, arg in enumerate(given[:-1]):
-        if arg == option and given[i + 1].startswith("-"):
+    for i, arg in enumerate(given[:-1]):        # the option as given, or abbreviated
+        if (arg == option or arg.startswith("--") and len(arg) > 2 and
+                option.startswith(arg)) and given[i + 1].startswith("-"):
             return (f"; a value that begins with '-' is written "
-                    f"{option}={given[i + 1]}")
+                    f"{arg}={given[i + 1]}")
     return ""
 
 

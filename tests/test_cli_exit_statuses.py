@@ -60,6 +60,8 @@ def folder(tmp_path_factory):
         cell="gru")))
     rewrite(here / "good.npz", here / "no_digest.npz", edit_meta(lambda m: m["options"].update(
         corpus_sha256=None)))
+    rewrite(here / "good.npz", here / "odd_digest.npz", edit_meta(
+        lambda m: m["options"].update(corpus_sha256="z" * 64)))
     return here
 
 
@@ -91,6 +93,8 @@ USAGE = [
     (["train", "tiny.txt", *SMALL, "--checkpoint-every", "-3s"],     # read as an option
      "argument --checkpoint-every: expected one argument; a value that begins with '-' is "
      "written --checkpoint-every=-3s"),
+    (["train", "tiny.txt", *SMALL, "--checkpoint-ev", "-3s"],       # abbreviated
+     "a value that begins with '-' is written --checkpoint-ev=-3s"),
     (["train", "tiny.txt", *SMALL, "--checkpoint-every=-3s"],
      "argument --checkpoint-every: must be N steps"),
     (["sample", "good.npz", "--prime", "-QZ"],
@@ -289,6 +293,9 @@ def failures(folder):
          "no_digest.npz is not a usable fastbptt checkpoint: its options' 'corpus_sha256', "
          "the SHA-256 digest of the text that fastbptt train writes, is None, not 64 hex "
          "digits"),
+        (["train", "--resume", "--checkpoint", "odd_digest.npz"],
+         "odd_digest.npz is not a usable fastbptt checkpoint: its options' 'corpus_sha256', "
+         "the SHA-256 digest of the text that fastbptt train writes, is 'zzz"),
         (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "bad_rng.npz"],
          "bad_rng.npz is not a usable fastbptt checkpoint: its RNG state is not one of "
          "NumPy's PCG64 (", PROCESS),
