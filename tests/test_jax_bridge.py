@@ -542,3 +542,29 @@ def test_shard_map_sums_the_devices_gradients():
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout.strip().splitlines()[-1]) <= TOLERANCE
+
+
+def test_eager_calls_of_shapes_seen_before_compile_nothing_again():
+    """Outside jit, the bridge kept 256 callbacks; beyond that many shapes a call made a
+    new one, and JAX, which keys its executables on the callback, compiled and kept
+    another (1.5 MB) every time: memory grew every epoch of a loop over 300 shapes."""
+    import logging
+    p = draw("elman", np.random.default_rng(13), np.float32)
+    shapes = [(1 + i % 20, 1 + i // 20) for i in range(260)]
+    for B, T_ in shapes:
+        jax.block_until_ready(fj.rnn(p, np.ones((B, T_, L), np.float32))[0])
+    messages = []
+
+    class Record(logging.Handler):
+        def emit(self, record):
+            messages.append(record.getMessage())
+    handler = Record(level=logging.DEBUG)
+    logger = logging.getLogger("jax")
+    logger.addHandler(handler)
+    try:
+        with jax.log_compiles():
+            for B, T_ in shapes[:3]:
+                jax.block_until_ready(fj.rnn(p, np.ones((B, T_, L), np.float32))[0])
+    finally:
+        logger.removeHandler(handler)
+    assert not [m for m in messages if "pure_callback" in m], messages[:5]

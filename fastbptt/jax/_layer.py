@@ -145,12 +145,28 @@ def _as_input(grad, value, axes):
     return jax.lax.psum(grad, rest) if rest else grad
 
 
-@functools.lru_cache(maxsize=256)
-def _bound(fn, opts):
-    """``fn`` with its options bound, one object per (fn, opts): JAX keys the executables
-    it caches for a callback on the callback object, so a new one per call (outside
-    ``jit``) compiled and kept a new executable each time, without bound."""
-    return functools.partial(fn, opts)
+class _Bound:
+    """``fn`` with its options bound, equal to every other binding of the same (fn, opts):
+    JAX keys the executables it caches for a callback on the callback, by equality, so a
+    callback that compared by identity (a new one per call outside ``jit``, or one a
+    bounded cache of them made again) compiled and kept another executable each time."""
+
+    __slots__ = ("fn", "opts")
+
+    def __init__(self, fn, opts):
+        self.fn, self.opts = fn, opts
+
+    def __call__(self, *args):
+        return self.fn(self.opts, *args)
+
+    def __eq__(self, other):
+        return isinstance(other, _Bound) and (self.fn, self.opts) == (other.fn, other.opts)
+
+    def __hash__(self):
+        return hash((self.fn, self.opts))
+
+
+_bound = _Bound
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
