@@ -741,8 +741,22 @@ def run_forward(problem, store=workspace):
 
 
 def _run_forward(problem, store, parallel):
-    p = problem
-    plan = make_plan(p)
+    fw = _forward_for(problem, make_plan(problem), store)
+    try:
+        _fill(fw, parallel)
+    except BaseException:               # (a Ctrl-C, a MemoryError): the workspace's cache
+        fw.release()                    # of shapes keeps none of the caller's arrays
+        raise
+    if store is not workspace:          # a `back`'s: the ids' gather table is the forward
+        for row in fw.dirs:             # pass's alone (a copy of U, L G H numbers)
+            for direction in row:
+                direction.UT = None
+    return fw
+
+
+def _fill(fw, parallel):
+    """The forward pass of every layer and direction into ``fw``."""
+    p, plan, store = fw.problem, fw.plan, fw.store
     L, H, C = p.sizes
     B, T, dtype = p.B, p.T, p.dtype
     D = len(p.model.layers[0])
@@ -750,7 +764,6 @@ def _run_forward(problem, store, parallel):
     if D == 2 or p.reverse:
         idx = np.empty(T * B, np.int64)
         reversal_index(p.lengths, T, idx)
-    fw = _forward_for(p, plan, store)
     hid = fw.named("hid")
     S = len(p.model.layers) * D
     fw.h_final = h_final = np.empty((S, B, H), dtype)
@@ -827,7 +840,6 @@ def _run_forward(problem, store, parallel):
                 h_final[s] = states[:, p.lengths, np.arange(B)].T
                 if p.cell == "lstm":
                     c_final[s] = cells[:, p.lengths, np.arange(B)].T
-    return fw
 
 
 def _reversed_src(fw, src, src_tm, width, name):

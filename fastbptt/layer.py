@@ -99,7 +99,10 @@ class _Back:
     """``back(dh, dh_final=None, dc_final=None)`` of one `vjp` call."""
 
     def __init__(self, problem, fw, out, check_finite):
-        self._problem, self._fw, self._out = problem, fw, out
+        self._problem, self._fw = problem, fw
+        # out's shapes, not out: the caller's h (B T H D numbers) is not kept alive
+        self._shapes = (out.h.shape, out.h_final.shape,
+                        None if out.c_final is None else out.c_final.shape)
         self._check_finite = check_finite
 
     def __call__(self, dh, dh_final=None, dc_final=None):
@@ -116,13 +119,14 @@ class _Back:
         if dc_final is not None and p.cell != "lstm":
             raise ValueError(f"dc_final is the LSTM's cell-state gradient; the {p.cell} cell "
                              "has no cell state (pass dc_final=None)")
-        dh = _upstream("dh", dh, p, self._out.h.shape, self._check_finite)
+        h_shape, final_shape, cells_shape = self._shapes
+        dh = _upstream("dh", dh, p, h_shape, self._check_finite)
         final = cells = None
         if dh_final is not None:
-            final = _upstream("dh_final", dh_final, p, self._out.h_final.shape,
+            final = _upstream("dh_final", dh_final, p, final_shape,
                               self._check_finite).reshape(p.h0.shape)
         if dc_final is not None:
-            cells = _upstream("dc_final", dc_final, p, self._out.c_final.shape,
+            cells = _upstream("dc_final", dc_final, p, cells_shape,
                               self._check_finite).reshape(p.h0.shape)
         B, T = p.B, p.T
         H = p.sizes[1]

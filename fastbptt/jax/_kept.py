@@ -8,7 +8,8 @@ a key always comes from a forward pass on the very inputs the backward rule save
 where its ``back`` is gone (taken already, pushed out, or another process's key) the
 backward callback runs the forward pass again from those inputs. At most `LIMIT` are
 kept, the oldest pushed out first; each holds that call's states ((T + 1) B H numbers,
-more for the gated cells).
+more for the gated cells) and the layer's params as the callback received them (a copy
+of U and W per entry).
 """
 from __future__ import annotations
 
