@@ -437,10 +437,15 @@ class _Loop:
     def settle_sample(self):
         """After a failure in a step's estimate or sample: the run's RNG as that sample
         leaves it (one number a character), so that the resumed run, which goes on after
-        the step, draws what the run would have drawn without the failure."""
-        if self.before_sample is not None:
-            self.trainer.draw_past(self.before_sample, self.args.sample_chars)
-            self.before_sample = None
+        the step, draws what the run would have drawn without the failure (the step's
+        estimate, where it failed, is not in its history). Where even that fails, the
+        RNG stays as it is: the failure's line and save come first."""
+        state, self.before_sample = self.before_sample, None
+        if state is not None:
+            try:
+                self.trainer.draw_past(state, self.args.sample_chars)
+            except Exception:
+                pass
 
     def recent_loss(self):
         """The mean loss of recent steps of this invocation: their moving average, each

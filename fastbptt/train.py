@@ -207,11 +207,14 @@ class Trainer:
         return "".join(text)
 
     def draw_past(self, state, chars):
-        """The run's RNG set to ``state`` and moved past the numbers a sample of ``chars``
-        characters draws (one a character), as that sample would leave it."""
-        self.rng.bit_generator.state = state
+        """The run's RNG set to ``state`` moved past the numbers a sample of ``chars``
+        characters draws (one a character), as that sample would leave it; drawn on a
+        copy, so that a failure here leaves the run's RNG as it was."""
+        rng = np.random.Generator(type(self.rng.bit_generator)())
+        rng.bit_generator.state = state
         for start in range(0, chars, SAMPLE_CHUNK):
-            self.rng.random(min(SAMPLE_CHUNK, chars - start))
+            rng.random(min(SAMPLE_CHUNK, chars - start))
+        self.rng.bit_generator.state = rng.bit_generator.state
 
     def checkpoint(self):
         """The run as a `fastbptt.checkpoint.Checkpoint`, of copies: later steps do not

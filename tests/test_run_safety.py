@@ -216,8 +216,35 @@ def test_a_failed_estimate_leaves_the_rng_as_the_steps_sample_would(corpus, tmp_
     capsys.readouterr()
     monkeypatch.undo()
     assert main(args + ["--steps", "8", "--checkpoint", str(cut), "--resume"]) == 0
-    same_run(checkpoint.load(cut), checkpoint.load(whole))         # the RNG's state too
+    resumed, uncut = checkpoint.load(cut), checkpoint.load(whole)
+    same_run(resumed, uncut)                                       # the RNG's state too
+    evals = uncut.history["evals"]                  # step 3's estimate, where it failed,
+    if where == "estimate":                         # is not in the resumed run's history
+        evals = evals[evals[:, 0] != 3]
+    np.testing.assert_array_equal(resumed.history["evals"], evals)
     capsys.readouterr()
+
+
+def test_a_failure_while_settling_the_rng_still_saves_and_names_the_first(
+        corpus, tmp_path, capsys, monkeypatch):
+    import fastbptt._train_command as command
+    ckpt = tmp_path / "run.npz"
+
+    def evaluate(params, ids, **kwargs):
+        if len(ids) > 65:                               # the loop's, not the warm-up's
+            raise MemoryError("no room for the estimate")
+        return 1.0
+
+    def draw_past(self, state, chars):
+        raise MemoryError("no room at all")
+    monkeypatch.setattr(command, "evaluate", evaluate)
+    monkeypatch.setattr(Trainer, "draw_past", draw_past)
+    args = ["train", str(corpus), *SMALL, "--sample-every", "3", "--checkpoint", str(ckpt)]
+    assert main(args + ["--steps", "8"]) == 1
+    assert stderr_line(capsys).startswith("fastbptt train: out of memory (no room for the "
+                                          "estimate) after step 3; the state after that step "
+                                          "is saved in ")
+    assert checkpoint.load(ckpt).step == 3
 
 
 def test_an_error_whose_save_fails_says_both(corpus, tmp_path, capsys, monkeypatch):

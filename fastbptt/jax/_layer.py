@@ -166,18 +166,16 @@ class _Bound:
         return hash((self.fn, self.opts))
 
 
-_bound = _Bound
-
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _run(opts, leaves, x, h0, c0, lengths):
-    outputs = _callback(_bound(_forward_host, opts), opts.outputs, leaves, x, h0, c0,
+    outputs = _callback(_Bound(_forward_host, opts), opts.outputs, leaves, x, h0, c0,
                         lengths)
     return _per_device(outputs, _varying(leaves, x, h0, c0, lengths))
 
 
 def _run_fwd(opts, leaves, x, h0, c0, lengths):
-    *outputs, key = _callback(_bound(_forward_rule_host, opts),
+    *outputs, key = _callback(_Bound(_forward_rule_host, opts),
                               opts.outputs + (KEY,), leaves, x, h0, c0, lengths)
     outputs = _per_device(tuple(outputs), _varying(leaves, x, h0, c0, lengths))
     return outputs, (key, leaves, x, h0, c0, lengths)
@@ -187,7 +185,7 @@ def _run_bwd(opts, saved, cotangents):
     key, leaves, x, h0, c0, lengths = saved
     shapes = (tuple(map(_like, leaves)),) + tuple(
         _like(v) for v in ((None if opts.ids else x), h0, c0) if v is not None)
-    result = list(_callback(_bound(_backward_host_flat, opts), shapes, key, leaves,
+    result = list(_callback(_Bound(_backward_host_flat, opts), shapes, key, leaves,
                             x, h0, c0, lengths, *cotangents))
     axes = _varying(leaves, x, h0, c0, lengths, cotangents)
     grads = tuple(_as_input(g, v, axes) for g, v in zip(result.pop(0), leaves))
