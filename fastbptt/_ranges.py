@@ -11,7 +11,22 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["Range", "Choice", "flag"]
+__all__ = ["Range", "Choice", "flag", "finite", "shown"]
+
+
+def finite(value):
+    """Whether a real number is finite (an int too large for a float is not)."""
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def shown(value):
+    """A number for a message: an int too large for a float by its size."""
+    if isinstance(value, numbers.Integral) and not finite(value):
+        return f"an int of {len(str(abs(int(value))))} digits"
+    return repr(value)
 
 
 def flag(field):

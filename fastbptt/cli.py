@@ -84,6 +84,7 @@ def bench(args):
     from .bench import report, runner
     from .bench.workloads import DEFAULT
 
+    default = build_parser().commands["bench"].get_default
     if args.distributed or ((args.torch or args.jax) and not args.workloads):
         what = "--distributed" if args.distributed else " and ".join(
             flag for flag, given in (("--torch", args.torch), ("--jax", args.jax)) if given)
@@ -97,9 +98,9 @@ def bench(args):
                                             ("--torch", args.distributed and args.torch),
                                             ("--jax", args.distributed and args.jax),
                                             ("--threads", args.distributed
-                                             and args.threads != 1),
+                                             and args.threads != default("threads")),
                                             ("--repeat", args.distributed
-                                             and args.repeat != 50)) if given]
+                                             and args.repeat != default("repeat"))) if given]
         if ignored:
             raise UsageError(f"{' and '.join(ignored)} cannot be used with {what}" + (
                 " (it prints its own table)" if args.distributed else
@@ -125,6 +126,7 @@ def bench(args):
         _preflight.plot_file(args.plot)
     if args.json is not None:
         _preflight.output_file(args.json, "--json")
+    steps = None                                # the bridges' steps' JSON, where timed
     if args.torch or args.jax:
         import importlib
         import importlib.util
@@ -154,8 +156,6 @@ def bench(args):
                 report.write_json(None, args.json, bridge_steps=steps)
                 print(f"wrote {args.json}")
             return 0
-    else:
-        steps = None
     result = runner.run(names=args.workloads or DEFAULT, threads=args.threads,
                         repeat=args.repeat, with_peers=not args.no_peers,
                         reference=args.reference, startup=args.startup)

@@ -12,11 +12,7 @@ __all__ = ["clip_grads", "global_norm"]
 
 
 def _arrays(grads):
-    """The gradient arrays, each a float NumPy array (clipped in place)."""
-    return list(_named_arrays(grads).values())
-
-
-def _named_arrays(grads):
+    """The gradient arrays by name, each a float NumPy array (clipped in place)."""
     arrays = leaves(grads, "grads")
     for name, a in arrays.items():
         refuse_masked(f"grads {name}", a)
@@ -34,7 +30,7 @@ def global_norm(grads):
     beyond about 1e19, float64 beyond about 1e154) is summed again in float64, scaled by
     its largest entry, so that only entries that are themselves inf or NaN give an inf or
     NaN norm, and a norm beyond float64's range (about 1.8e308) an inf one."""
-    top, total = _norm_parts(_arrays(grads))
+    top, total = _norm_parts(_arrays(grads).values())
     return top * math.sqrt(total)
 
 
@@ -92,7 +88,7 @@ def clip_grads(grads, *, max_norm=None, max_value=None):
     returned norm is always that of the gradients as passed.
     """
     max_norm, max_value = _bound("max_norm", max_norm), _bound("max_value", max_value)
-    named = _named_arrays(grads)
+    named = _arrays(grads)
     arrays = list(named.values())
     for name, a in named.items():
         if not a.flags.writeable and (max_norm is not None or max_value is not None):

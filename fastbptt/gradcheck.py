@@ -15,11 +15,11 @@ the loss a layer's caller injects, L = sum_t <dh_t, h_t> + <dh_final, h_final>
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
 from ._inputs import HEAD_OPTIONS, LAYER_OPTIONS, known_options, prepare, prepare_layer
+from ._ranges import finite, shown
 from .api import bptt
 from .layer import vjp
 from .params import Layer, Model, leaves
@@ -115,13 +115,9 @@ def _step(eps):
     if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer,
                                                                    np.floating)):
         raise TypeError(f"eps must be a number (the finite-difference step); got {eps!r}")
-    try:
-        finite, shown = math.isfinite(float(eps)), repr(eps)
-    except OverflowError:                       # an int beyond any float
-        finite, shown = False, f"an int of {len(str(eps))} digits"
-    if not (finite and eps > 0):
+    if not (finite(eps) and eps > 0):
         raise ValueError(f"eps must be a finite number above 0 (the finite-difference "
-                         f"step, default {DEFAULT_EPS:.3g}); got {shown}")
+                         f"step, default {DEFAULT_EPS:.3g}); got {shown(eps)}")
     return eps
 
 

@@ -10,12 +10,11 @@ it, so a resumed run continues bit for bit.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ._kernels.adam import adam_update
 from ._masks import refuse_masked
+from ._ranges import finite, shown
 from .params import is_leaf_name, leaves
 
 _REAL = (int, float, np.integer, np.floating)       # numbers an option may be (not complex)
@@ -32,26 +31,12 @@ def _fraction(label, value):
     return float(value)
 
 
-def _finite(value):
-    """Whether a real number is finite (an int too large for a float is not)."""
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
-
-
-def _shown(value):
-    """A number for a message: an int of hundreds of digits by its size."""
-    digits = len(str(abs(value))) if isinstance(value, (int, np.integer)) else 0
-    return f"an int of {digits} digits" if digits > 20 else repr(value)
-
-
 def _epsilon(value):
     """eps: a finite number above 0, as float."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, _REAL):
         raise TypeError(f"eps must be a number; got {type(value).__name__}")
-    if not (value > 0 and _finite(value)):
-        raise ValueError(f"eps must be positive and finite; got {_shown(value)}")
+    if not (value > 0 and finite(value)):
+        raise ValueError(f"eps must be positive and finite; got {shown(value)}")
     return float(value)
 
 
@@ -122,8 +107,8 @@ class Optimizer:
     def __init__(self, lr):
         if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, _REAL):
             raise TypeError(f"lr must be a number; got {type(lr).__name__}")
-        if not lr > 0 or not _finite(lr):
-            raise ValueError(f"lr must be positive and finite; got {_shown(lr)}")
+        if not lr > 0 or not finite(lr):
+            raise ValueError(f"lr must be positive and finite; got {shown(lr)}")
         self.lr = float(lr)
         self.t = 0                              # steps taken
         self.state: dict[str, dict[str, np.ndarray]] = {}
@@ -191,9 +176,9 @@ class Optimizer:
             raise ValueError(f"the {kind} state has no {', '.join(map(repr, missing))}")
         lr = state["lr"]          # the rate last used: a decay may have brought it to 0
         if isinstance(lr, (bool, np.bool_)) or not isinstance(lr, _REAL) \
-                or not (lr >= 0 and _finite(lr)):
+                or not (lr >= 0 and finite(lr)):
             raise ValueError(f"the {kind} state's lr must be a finite number >= 0; got "
-                             f"{_shown(lr)}")
+                             f"{shown(lr)}")
         unknown = [key for key in state
                    if "." not in key and key not in ("kind", "lr", "t", *self._options())]
         if unknown:
@@ -204,10 +189,10 @@ class Optimizer:
             raise ValueError(f"the {kind} state's {error}") from None
         fresh.lr = float(lr)
         t = state["t"]
-        if isinstance(t, (bool, np.bool_)) or not isinstance(t, _REAL) or not _finite(t) \
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, _REAL) or not finite(t) \
                 or not float(t).is_integer() or t < 0:
             raise ValueError(f"the {kind} state's step count t must be a whole number >= 0; "
-                             f"got {_shown(t)}")
+                             f"got {shown(t)}")
         buffers = {}
         for key, value in state.items():
             if "." in key:

@@ -14,6 +14,7 @@ from . import layer
 from ._inputs import ACTIVATIONS
 from ._masks import refuse_masked
 from ._params_check import check_model
+from ._ranges import finite, shown
 from .params import Model, generator, leaves, read_model
 from .reference.cells import CELLS, State
 from .reference.layer import run
@@ -110,12 +111,9 @@ def _check_draw(n, temperature, activation, cell, name="n"):
         raise TypeError(f"temperature must be a number; got {type(temperature).__name__}")
     if not temperature > 0:
         raise ValueError(f"temperature must be positive; got {temperature}")
-    try:
-        float(temperature)
-    except OverflowError:
-        raise ValueError(f"temperature must be a number a float can hold; got an int of "
-                         f"{len(str(temperature))} digits (float('inf') draws uniformly)"
-                         ) from None
+    if isinstance(temperature, (int, np.integer)) and not finite(temperature):
+        raise ValueError(f"temperature must be a number a float can hold; got "
+                         f"{shown(temperature)} (float('inf') draws uniformly)")
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"{name} must be an int, the number of "
                         f"{'characters' if name == 'chars' else 'ids'} to draw; got {n!r}")

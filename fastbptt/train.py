@@ -201,8 +201,7 @@ class Trainer:
                                 pieces):
             text.append(piece)
             if drawn < chars and stop is not None and stop():
-                for rest in range(drawn, chars, SAMPLE_CHUNK):   # one number per character
-                    rng.random(min(SAMPLE_CHUNK, chars - rest))
+                _draw_numbers(rng, chars - drawn)              # one a character
                 return None
         return "".join(text)
 
@@ -212,8 +211,7 @@ class Trainer:
         copy, so that a failure here leaves the run's RNG as it was."""
         rng = np.random.Generator(type(self.rng.bit_generator)())
         rng.bit_generator.state = state
-        for start in range(0, chars, SAMPLE_CHUNK):
-            rng.random(min(SAMPLE_CHUNK, chars - start))
+        _draw_numbers(rng, chars)
         self.rng.bit_generator.state = rng.bit_generator.state
 
     def checkpoint(self):
@@ -251,6 +249,12 @@ def scored(size, streams=32):
         return 0
     n = _streams(size, streams)
     return n * ((size - 1) // n)
+
+
+def _draw_numbers(rng, n):
+    """``rng`` moved past ``n`` uniform numbers, drawn `SAMPLE_CHUNK` at a time."""
+    for start in range(0, n, SAMPLE_CHUNK):
+        rng.random(min(SAMPLE_CHUNK, n - start))
 
 
 def evaluate(params, ids, *, activation="tanh", streams=32, steps=128):

@@ -10,7 +10,7 @@ from fastbptt.bench import jax_peer
 
 # JAX started as the bench starts it (one thread), so that the bench's tests can share it
 if jax_peer.unavailable(1):
-    pytest.skip(f"JAX: {jax_peer.unavailable(1)} (pip install 'fastbptt[jax]')",
+    pytest.skip(f"JAX: {jax_peer.unavailable(1)}",
                 allow_module_level=True)
 jax = jax_peer.start(1)
 import jax.numpy as jnp                                                   # noqa: E402
