@@ -19,8 +19,6 @@ packed again (one copy each way), with sequence lengths passed to fastbptt.
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 from torch.nn.utils.rnn import PackedSequence
@@ -79,13 +77,17 @@ def _autocast(module, input, hx):
     return input, hx
 
 
-@functools.cache
+_UNTRACED = []      # a list, not functools.cache: Dynamo warns on a cache it traces into
+
+
 def _untraced_forward():
     """`_Bridge._forward` behind ``torch.compiler.disable``, made when first compiled: that
     imports Dynamo, a second that a program which does not compile need not spend. Dynamo
     cannot trace into Numba, and the frames it resumes after such a break read ``.grad``
     of the non-leaf tensors they hold, a warning."""
-    return torch.compiler.disable(_Bridge._forward)
+    if not _UNTRACED:
+        _UNTRACED.append(torch.compiler.disable(_Bridge._forward))
+    return _UNTRACED[0]
 
 
 def _check_ids(module, ids, where="input"):
