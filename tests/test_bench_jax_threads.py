@@ -50,3 +50,21 @@ def test_a_broken_jax_install_gets_the_extras_line(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert (done.returncode, done.stderr) == (
         1, "fastbptt bench: --jax: fastbptt.jax needs JAX: pip install 'fastbptt[jax]'\n")
+
+
+def test_jax_started_outside_the_bench_is_said_once_asked_for_threads():
+    """A JAX imported before the bench runs on threads the bench does not know: asking for
+    one thread then warns instead of reporting one."""
+    program = ("import warnings, jax\n"
+               "from fastbptt.bench import jax_peer\n"
+               "with warnings.catch_warnings(record=True) as seen:\n"
+               "    warnings.simplefilter('always')\n"
+               "    jax_peer.start(1)\n"
+               "print([str(w.message) for w in seen])\n")
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, (ROOT, os.environ.get("PYTHONPATH")))))
+    done = subprocess.run([sys.executable, "-c", program], env=environ, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(["JAX started outside the bench, on threads it does "
+                                       "not know, and cannot change to 1 in this process"])

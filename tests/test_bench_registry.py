@@ -20,6 +20,12 @@ from fastbptt.bench.workloads import GROUPS, WORKLOADS, make_data, select
 
 NEW = GROUPS["S"] + GROUPS["G"]
 
+# The bench starts JAX on its own thread count, and warns that it cannot where a test file
+# run before this one imported JAX first: these tests compare values, which the thread
+# count does not change (the warning itself is tested in test_bench_jax_threads.py).
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:JAX started outside the bench:RuntimeWarning")
+
 
 def tiny(name):
     """The workload with its structure (cell, layers, directions, kind, inputs, B = 1 or

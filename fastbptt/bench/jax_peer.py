@@ -53,11 +53,12 @@ def _affinity(n):
 
 
 def start(threads):
-    """Import JAX and start its CPU backend with `threads` threads (once per process)."""
+    """Import JAX and start its CPU backend with `threads` threads (once per process).
+
+    A JAX imported before the bench's first call runs on threads the bench does not know:
+    every call then warns, as a call asking for another count than the first does."""
     if sys.modules.get("jax") is not None and _STATE["started_with"] is None:
-        import jax                               # started elsewhere: thread count unknown
-        _STATE["started_with"] = "outside the bench"
-        return jax
+        _STATE["started_with"] = "outside the bench"     # started elsewhere: threads unknown
     if _STATE["started_with"] is None:
         set_threads(threads)
         with _affinity(threads):
