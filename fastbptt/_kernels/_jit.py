@@ -19,7 +19,7 @@ Numba checks a cached kernel against its own source file only, but the drivers i
 the cells' step math and the vector code of other files. So the cache of every kernel
 in this folder is keyed on the contents of all of its files (`_STAMP`): an edit anywhere
 here recompiles whatever was cached, instead of loading stale code. The key also holds
-``NUMBA_OPT``, whose lower levels give slower code.
+``NUMBA_OPT``, whose lower levels give slower code, and each level keeps files of its own.
 """
 import hashlib
 import os
@@ -48,15 +48,23 @@ def _folder_stamp():
 _STAMP = _folder_stamp()
 
 
+def _opt_level():
+    return "max" if getattr(config.OPT, "is_opt_max", False) else int(config.OPT)
+
+
 class _Stamped:
     """A Numba cache locator for the kernels of this folder, stamped with `_STAMP`."""
 
     def get_source_stamp(self):
         """`_STAMP` and NUMBA_OPT: code compiled at a lower level the user set (a cache
         built under NUMBA_OPT=0 ran W3 6x slower) is not loaded at another, nor the
-        reverse; the cache is compiled again."""
-        level = "max" if getattr(config.OPT, "is_opt_max", False) else int(config.OPT)
-        return f"{_STAMP}:opt={level}"
+        reverse."""
+        return f"{_STAMP}:opt={_opt_level()}"
+
+    def get_disambiguator(self):
+        """Each NUMBA_OPT level's cache in files of its own (``kernel-LINE-opt2.py311.nbi``),
+        so that a process at another level neither loads nor replaces them."""
+        return f"{super().get_disambiguator()}-opt{_opt_level()}"
 
     @classmethod
     def from_function(cls, py_func, py_file):
