@@ -109,7 +109,11 @@ def _arrays(ckpt):
     arrays["vocab"] = ckpt.codec.to_array()
     for key in ("hidden", "cell_state"):
         if getattr(ckpt, key) is not None:
-            arrays[key] = getattr(ckpt, key)
+            try:                        # a list of numbers is saved as np.savez saves it
+                arrays[key] = np.asarray(getattr(ckpt, key))
+            except ValueError as error:
+                raise CheckpointError(f"its {key} must be an array of numbers ({error})") \
+                    from None
     for key, value in ckpt.history.items():
         arrays[f"history.{key}"] = np.asarray(value)
     meta = {"format": FORMAT, "step": int(ckpt.step), "rng_state": ckpt.rng_state,

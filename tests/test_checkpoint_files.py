@@ -332,7 +332,8 @@ def _no_head(ck):
     (dict(history={"loss": np.array([1.0, None], dtype=object)}),
      "its history.loss holds Python objects"),
     (dict(options={"s": {1, 2}}), "must be JSON's kinds of values"),
-], ids=["step", "rng", "hidden", "no-head", "objects", "options"])
+    (dict(hidden=[[0.0] * 6, [0.0]]), "its hidden must be an array of numbers"),
+], ids=["step", "rng", "hidden", "no-head", "objects", "options", "ragged"])
 def test_save_refuses_what_load_would_and_keeps_the_file_there(trainer, tmp_path, change,
                                                                phrase):
     """save wrote such checkpoints atomically over a good one, which load then refused."""
@@ -351,6 +352,14 @@ def test_save_refuses_what_load_would_and_keeps_the_file_there(trainer, tmp_path
             checkpoint.save(path, dataclasses.replace(trainer.checkpoint(), **bad))
     with pytest.raises(IsADirectoryError, match=str(tmp_path)):
         checkpoint.save(tmp_path, trainer.checkpoint())
+
+
+def test_states_given_as_lists_are_saved_as_arrays(trainer, tmp_path):
+    """np.savez saves a list as an array; save's checks before it took the list for one."""
+    ck = trainer.checkpoint()
+    path = checkpoint.save(tmp_path / "run.npz",
+                           dataclasses.replace(ck, hidden=ck.hidden.tolist()))
+    assert same(checkpoint.load(path), ck)
 
 
 def test_any_bit_generators_state_is_saved(trainer, tmp_path):
