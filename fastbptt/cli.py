@@ -399,7 +399,7 @@ class _Parser(argparse.ArgumentParser):
     implicit = False
 
     def error(self, message):
-        hint = _dash_hint(message, self.given)
+        hint = _dash_hint(message, self.given, self._option_string_actions)
         if self.implicit:
             self.exit(2, f"fastbptt: {message}{hint}; without a command fastbptt runs "
                          f"demo: see `fastbptt demo -h`, and `fastbptt -h` for the "
@@ -407,9 +407,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message}{hint}; see `{self.prog} -h`\n")
 
 
-def _dash_hint(message, given):
+def _dash_hint(message, given, options):
     """Where an option got no value because the value begins with '-' (``--time -5m``,
-    which argparse reads as an option), how to write it."""
+    which argparse reads as an option), how to write it; nothing where the word after
+    the option is one of the command's `options` (or an abbreviation of one): then the
+    value was left out."""
     found = re.fullmatch(r"argument (\S+?)(?:/\S+)?: expected one argument", message)
     if found is None:
         return ""
@@ -417,9 +419,17 @@ def _dash_hint(message, given):
     for i, arg in enumerate(given[:-1]):        # the option as given, or abbreviated
         if (arg == option or arg.startswith("--") and len(arg) > 2 and
                 option.startswith(arg)) and given[i + 1].startswith("-"):
+            if _names_an_option(given[i + 1], options):
+                return ""
             return (f"; a value that begins with '-' is written "
                     f"{arg}={given[i + 1]}")
     return ""
+
+
+def _names_an_option(word, options):
+    name = word.split("=", 1)[0]
+    return name in options or (name.startswith("--") and len(name) > 2 and
+                               any(o.startswith(name) for o in options))
 
 
 COMMANDS = ("demo", "bench", "train", "sample")

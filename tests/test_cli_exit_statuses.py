@@ -95,6 +95,12 @@ USAGE = [
      "written --checkpoint-every=-3s"),
     (["train", "tiny.txt", *SMALL, "--checkpoint-ev", "-3s"],       # abbreviated
      "a value that begins with '-' is written --checkpoint-ev=-3s"),
+    (["train", "tiny.txt", *SMALL, "--checkpoint", "--resume"],    # a value left out
+     "argument --checkpoint: expected one argument; see"),
+    (["train", "tiny.txt", *SMALL, "--time", "--ste", "5"],       # before an abbreviation
+     "argument --time: expected one argument; see"),
+    (["sample", "good.npz", "--prime", "--chars=5"],
+     "argument --prime: expected one argument; see"),
     (["train", "tiny.txt", *SMALL, "--checkpoint-every=-3s"],
      "argument --checkpoint-every: must be N steps"),
     (["sample", "good.npz", "--prime", "-QZ"],
