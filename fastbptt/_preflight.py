@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ._command_errors import CommandError, UsageError, describe
+from ._ranges import digits
 from ._resume import describe_model
 from .checkpoint import check_target, load, write_atomically
 from .params import CELLS, leaf_shapes
@@ -170,8 +171,12 @@ def model_bytes(options, vocab):
     needs: weights, gradients and optimizer state, and the working memory of a training
     step or an evaluation call (32 streams x 128 steps), whichever is larger."""
     H, V = options.hidden, vocab
-    weights = sum(math.prod(shape) for shape in leaf_shapes(
-        V, H, V, cell=options.cell, num_layers=options.layers).values())
+
+    def weights_of(layers):
+        return sum(math.prod(shape) for shape in leaf_shapes(
+            V, H, V, cell=options.cell, num_layers=layers).values())
+    # the layers above the first are alike: counted once, not listed (--layers 10**12)
+    weights = weights_of(1) + (options.layers - 1) * (weights_of(2) - weights_of(1))
     state = {"adam": 2, "adagrad": 1}.get(options.optimizer, 1 if options.momentum else 0)
     k, s = options.window
     gates = CELLS[options.cell]
@@ -200,6 +205,8 @@ def _memory_limit():
 
 
 def _size(n):
+    if n >= 2**40 * 10**15:          # in powers of ten (a float may not hold n)
+        return f"10^{digits(n // 2**40) - 1} TB"
     for unit, scale in (("TB", 2**40), ("GB", 2**30)):
         if n >= scale:
             return f"{n / scale:,.1f} {unit}"
@@ -221,7 +228,8 @@ def model_memory(options, vocab):
            f"--hidden {options.hidden} --layers {options.layers} --cell {options.cell} with "
            f"--batch {options.batch} "
            f"--seq-length {options.seq_length} (weights, gradients, {options.optimizer} "
-           "state, working memory)", "choose a smaller --hidden, --batch or --seq-length")
+           "state, working memory)",
+           "choose a smaller --hidden, --layers, --batch or --seq-length")
 
 
 def corpus(codec, train_ids, val_ids, options):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["Range", "Choice", "flag", "finite", "shown"]
+__all__ = ["Range", "Choice", "flag", "finite", "shown", "digits"]
 
 
 def finite(value):
@@ -23,10 +23,20 @@ def finite(value):
 
 
 def shown(value):
-    """A number for a message: an int too large for a float by its size."""
+    """A value for a message: an int too large for a float by its size, a long text by its
+    start and length."""
     if isinstance(value, numbers.Integral) and not finite(value):
-        return f"an int of {len(str(abs(int(value))))} digits"
+        return f"an int of {digits(abs(int(value)))} digits"
+    if isinstance(value, str) and len(value) > 60:
+        return f"{value[:20]!r}... ({len(value)} characters)"
     return repr(value)
+
+
+def digits(n):
+    """The decimal digits of an int n > 0, without str(n) (which Python refuses beyond
+    4,300 digits)."""
+    digits = int((n.bit_length() - 1) * math.log10(2)) + 1    # at most one too few
+    return digits + 1 if n >= 10 ** digits else digits
 
 
 def flag(field):
@@ -77,8 +87,17 @@ class Range:
             return None
         if isinstance(number, bool) or not isinstance(
                 number, numbers.Integral if self.integer else numbers.Real):
-            raise ValueError(f"must be {self.describe()}; got {value!r}")
-        number = int(number) if self.integer else float(number)
+            raise ValueError(f"must be {self.describe()}; got {shown(value)}")
+        if self.integer:                # compared exactly: an int may be beyond any float
+            number = int(number)
+            if not self._inside(number):
+                raise ValueError(f"must be {self.describe()}; got "
+                                 f"{value if isinstance(value, str) else shown(value)}")
+            return number
+        if not finite(number):
+            raise ValueError(f"must be {self.describe()}; got "
+                             f"{value if isinstance(value, str) else shown(value)}")
+        number = float(number)
         mantissa = value.strip().lower().split("e")[0] if isinstance(value, str) else ""
         if number == 0 and any(c in "123456789" for c in mantissa):  # 1e-400: not 0, and
             if mantissa.startswith("-"):                # where 0 means "none", not that

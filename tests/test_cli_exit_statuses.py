@@ -264,6 +264,12 @@ def failures(folder):
         (["train", "tiny.txt", *SMALL, "--hidden", "100000000"],
          "--hidden 100000000 --layers 1 --cell elman with --batch 2 --seq-length 8 (weights",
          PROCESS),
+        (["train", "tiny.txt", *SMALL, "--layers", "1000000000000"],     # not listed: no hang
+         "--layers 1000000000000 --cell elman with --batch 2 --seq-length 8 (weights"),
+        (["train", "tiny.txt", *SMALL, "--hidden", "9" * 400],          # beyond any float
+         "(weights, gradients, adam state, working memory) needs about 10^"),
+        (["train", "tiny.txt", *SMALL, "--seq-length", "9" * 400],
+         "choose a smaller --hidden, --layers, --batch or --seq-length"),
         (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "nothere.npz"],
          "no checkpoint at nothere.npz"),
         (["sample", ""], "no checkpoint at ''"),

@@ -192,6 +192,7 @@ def test_sizes_names_paths_and_numbers_beyond_floats_are_named(tmp_path):
     from fastbptt import corpus, gradcheck
     from fastbptt.params import LeafError, from_leaves, leaf_shapes
     from fastbptt.sampling import sample_chunks
+    from fastbptt.train import TrainOptions
     (tmp_path / "a.txt").write_text("hello there")
     calls = [
         (lambda: fastbptt.init_params(3, 2**64, 3), ValueError,
@@ -207,6 +208,12 @@ def test_sizes_names_paths_and_numbers_beyond_floats_are_named(tmp_path):
          "val_fraction must be a number; got str"),
         (lambda: fastbptt.sample(P, Codec.from_text("abcde"), chars=3, temperature=10**400),
          ValueError, "got an int of 401 digits"),
+        (lambda: fastbptt.sample(P, Codec.from_text("abcde"), chars=3, temperature=10**5000),
+         ValueError, "got an int of 5001 digits"),        # beyond str()'s 4,300 digits
+        (lambda: TrainOptions(lr=10**400).check(), ValueError,
+         "--lr must be a finite number above 0; got an int of 401 digits"),
+        (lambda: TrainOptions(hidden=-10**400).check(), ValueError,
+         "--hidden must be an integer of at least 1; got an int of 401 digits"),
         (lambda: sample_chunks(P, Codec.from_text("abcde"), chars=3, chunk="a"), TypeError,
          "chunk must be an int"),
         (lambda: gradcheck.check_grad(np.zeros((1, 3), int), np.zeros((1, 3), int), P,
