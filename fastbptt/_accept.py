@@ -73,7 +73,7 @@ def accept(x, y, params, *, truncate=None, stride=1, activation="tanh", loss="so
         return None
     single = x.ndim == 1
     B, T = (1, x.shape[0]) if single else x.shape
-    if B * T > BLAS_INT:
+    if B * (T + 1) > BLAS_INT:
         return None                     # `prepare` says why
     if need_y and (not _plain(y, _INT64) or y.shape != x.shape):
         return None

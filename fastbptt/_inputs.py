@@ -375,9 +375,11 @@ BLAS_INT = 2 ** 31 - 1      # the BLAS takes sizes and leading dimensions as 32-
 
 def blas_sizes(B, T, L, C, rows):
     """ValueError when a matrix the kernels hand to the BLAS would have a side beyond its
-    32-bit integers: B T steps (the products over all steps), L inputs, C outputs, or
-    ``rows`` (a bound on the gates' rows of all directions)."""
-    for name, size in (("B·T (sequences times steps)", B * T), ("L (input size)", L),
+    32-bit integers: B (T + 1) columns (the products over all steps, whose step slices
+    of the states, T + 1 steps with h0, have that leading dimension), L inputs, C
+    outputs, or ``rows`` (a bound on the gates' rows of all directions)."""
+    for name, size in (("B·(T+1) (sequences times steps, and the initial state)", B * (T + 1)),
+                       ("L (input size)", L),
                        ("C (output size)", C), ("the hidden layer's gate rows", rows)):
         if size > BLAS_INT:
             raise ValueError(f"{name} is {size:,}, beyond the {BLAS_INT:,} the BLAS can "

@@ -582,11 +582,15 @@ def test_the_model_calls_are_valid_but_for_their_change():
 
 def test_sizes_beyond_the_blas_integers_are_refused_before_any_copy():
     """The BLAS takes 32-bit sizes: B T above 2^31 - 1 steps would be cut short silently
-    in the products over all steps. A view of one id stands for 17 GB of them here."""
-    many = np.lib.stride_tricks.as_strided(np.zeros(1, np.int64), shape=(2**16, 2**15 + 1),
-                                           strides=(0, 0))
-    message = r"B·T \(sequences times steps\) is 2,147,549,184, beyond the 2,147,483,647"
-    with pytest.raises(ValueError, match=message):
-        fastbptt.grad(many, many, P)
-    with pytest.raises(ValueError, match=message):
-        fastbptt.layer.forward(many, fastbptt.Layer(P.U, P.W))
+    in the products over all steps, and B (T + 1), the leading dimension of a step's
+    states, would wrap (2^16 sequences of 2^15 - 1 steps). A view of one id stands for
+    17 GB of them here."""
+    for T in (2**15 + 1, 2**15 - 1):
+        many = np.lib.stride_tricks.as_strided(np.zeros(1, np.int64), shape=(2**16, T),
+                                               strides=(0, 0))
+        message = (r"B·\(T\+1\) \(sequences times steps, and the initial state\) is "
+                   f"{2**16 * (T + 1):,}, beyond the 2,147,483,647")
+        with pytest.raises(ValueError, match=message):
+            fastbptt.grad(many, many, P)
+        with pytest.raises(ValueError, match=message):
+            fastbptt.layer.forward(many, fastbptt.Layer(P.U, P.W))
