@@ -63,3 +63,39 @@ def test_window_longer_than_sequence_is_full_bptt(rng):
     for truncate, stride in [(12, 1), (100, 1), (12, 12), (100, 100)]:
         cut = fastbptt.bptt(x, y, params, truncate=truncate, stride=stride, **options)
         assert_agree(cut, full, np.float64)
+
+
+def _one_row_far_apart(a):
+    """``a`` (one row) as a view whose row stride is beyond the BLAS's 32-bit integers:
+    C-contiguous to NumPy, the same numbers."""
+    return np.repeat(a, 5, axis=0)[::10**10]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_one_row_weights_with_any_row_stride(rng, kernel_path, dtype):
+    """A one-row V (C = 1), or U and W (H = 1), reached the BLAS with its row stride as
+    the leading dimension, which wrapped: the BLAS refused the product, wrote nothing,
+    and the loss and gradients came from whatever the workspace held."""
+    x, y, params, options = make_problem(rng, B=3, T=6, H=4, C=1, dtype=dtype, x_ids=True,
+                                         y_ids=False)
+    want = reference.bptt(x, y, params, **options)
+    far = params._replace(V=_one_row_far_apart(params.V))
+    for _ in range(2):                         # the second call reuses the workspace
+        assert_agree(fastbptt.bptt(x, y, far, **options), want, dtype)
+    x, y, params, options = make_problem(rng, B=3, T=6, H=1, C=3, dtype=dtype, x_ids=False,
+                                         y_ids=True)
+    want = reference.bptt(x, y, params, **options)
+    far = params._replace(U=_one_row_far_apart(params.U), W=_one_row_far_apart(params.W))
+    for _ in range(2):
+        assert_agree(fastbptt.bptt(x, y, far, **options), want, dtype)
+    kept = {k: options[k] for k in options if k in ("h0", "lengths")}
+    out, back = fastbptt.layer.vjp(x, fastbptt.Layer(far.U, far.W, far.b), **kept)
+    plain_out, plain_back = fastbptt.layer.vjp(
+        x, fastbptt.Layer(params.U, params.W, params.b), **kept)
+    dh = rng.standard_normal(out.h.shape).astype(dtype)
+    got, expected = back(dh), plain_back(dh)
+    assert np.array_equal(out.h, plain_out.h) and np.all(np.isfinite(out.h))
+    for name in ("dx", "dh0"):
+        assert np.array_equal(getattr(got, name), getattr(expected, name)), name
+    for g, e in zip(got.grads, expected.grads):
+        assert (g is None and e is None) or np.array_equal(g, e)

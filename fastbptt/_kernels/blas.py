@@ -94,7 +94,11 @@ def scratch(dtype_like):
 
 @jit(inline="always")
 def _leading(a):
-    """Leading dimension of a row-major view: its row stride, at least its width."""
+    """Leading dimension of a row-major view: its row stride, at least its width. A view
+    of one row is C-contiguous to NumPy whatever its row stride (``V[::10**10]``), which
+    addresses nothing and may be beyond the BLAS's integers: its width is taken."""
+    if a.shape[0] <= 1:
+        return max(a.shape[1], 1)
     ld = a.strides[0] // a.itemsize
     return max(ld, a.shape[1], 1)
 
