@@ -95,6 +95,18 @@ def _upstream(name, value, problem, shape, check_finite):
     return _in_dtype(name, arr, problem.dtype, check_finite, shape, mask).reshape(shape)
 
 
+def _views(model):
+    """``model`` with each array a view of its own of the same numbers: back reads the
+    params' values as they are when it runs, but through views whose shape, strides and
+    dtype the caller cannot change in place (``U.shape = ...`` between vjp and back sent
+    the kernels past the ends of their arrays)."""
+    def view(a):
+        return None if a is None else a.view()
+    layers = tuple(tuple(layer._replace(**{k: view(v) for k, v in layer._asdict().items()})
+                         for layer in directions) for directions in model.layers)
+    return model._replace(layers=layers, V=view(model.V), c=view(model.c))
+
+
 class _Back:
     """``back(dh, dh_final=None, dc_final=None)`` of one `vjp` call."""
 
@@ -228,6 +240,7 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
     problem = prepare_layer(x, params, cell=cell, activation=activation, h0=h0, c0=c0,
                             lengths=lengths, reverse=reverse, truncate=truncate, stride=stride,
                             check_finite=check_finite, time_major=time_major)
+    problem.model = _views(problem.model)
     fw = run_forward(problem, store=fresh) if problem.B and problem.T else None
     if fw is not None:
         fw.forget_views()

@@ -102,3 +102,31 @@ def test_back_twice_and_after_other_calls(rng, kernel_path, cell, lead, truncati
         assert all(e <= TOLERANCE for e in errors.values()), (name, errors)
     errors = disagreement(out, out_ref, OUT_FIELDS)
     assert all(e <= TOLERANCE for e in errors.values()), errors
+
+
+@pytest.mark.parametrize("change", ["U shape", "W shape", "U dtype"])
+@pytest.mark.parametrize("cell", CELLS)
+def test_back_after_the_params_are_reshaped_in_place(rng, kernel_path, cell, change):
+    """back read the caller's arrays themselves, with the shapes they had by then: U
+    reshaped in place between vjp and back sent the ids' scatter past the end of dU (the
+    process aborted), and W reshaped made the BLAS read past the states. back now reads
+    the same numbers through views of its own, as they were shaped at vjp."""
+    model = fastbptt.init_params(L, H, C, cell=cell, dtype=np.float64, seed=rng)
+    layer = fastbptt.Layer(model.U, model.W, model.b) if cell == "elman" else \
+        model.layers[0][0]
+    layer = layer._replace(U=layer.U.copy(), W=layer.W.copy())
+    x = rng.integers(0, L, (600, 3))             # many sequences: the BLAS path too
+    out, back = fastbptt.layer.vjp(x, layer)
+    dh = rng.normal(size=out.h.shape)
+    want = reference.layer_vjp(x, layer)[1](dh)
+    shapes = layer.U.shape, layer.W.shape
+    if change == "U shape":
+        layer.U.shape = layer.U.shape[::-1]
+    elif change == "W shape":
+        layer.W.shape = (1, layer.W.size)
+    else:
+        layer.U.dtype = np.int64                 # the same bytes, read as integers
+    got = back(dh)
+    assert (got.grads.U.shape, got.grads.W.shape) == shapes
+    errors = disagreement(got, want, BACK_FIELDS)
+    assert all(e <= TOLERANCE for e in errors.values()), errors
