@@ -25,6 +25,8 @@ import tempfile
 import threading
 import time
 
+from ._shm_claims import claim, release
+
 __all__ = ["Listener", "Closed", "connect", "serve"]
 
 HEADER = struct.Struct("<Q")
@@ -107,6 +109,7 @@ class Listener:
     def __init__(self, count):
         self.count = count
         self.folder = tempfile.mkdtemp(prefix=f"fastbptt-{os.getpid()}-", dir=_folder())
+        self._claim = claim(self.folder)            # until `remove`
         self.path = os.path.join(self.folder, "steps")
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.server.bind(self.path)
@@ -143,6 +146,8 @@ class Listener:
         """The socket's file and directory removed: connected sockets live on."""
         self.server.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+        release(self._claim)
+        self._claim = None
 
     def call(self, message, poll=1.0, check=None):
         """Each block's result of ``message``, in block order. `Closed` when a block's

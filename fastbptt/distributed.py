@@ -58,6 +58,7 @@ except ImportError:
 from . import __version__
 from ._cursors import BlockLost, CursorBlock, block_args, merge_states, split_rows
 from ._run_saves import NothingToSave
+from ._shm_claims import claim, claimed, release
 from ._signals import Interrupted
 from ._step_socket import Closed, Listener, connect, serve
 from ._threads import ensure_default_threads
@@ -143,6 +144,7 @@ class Mapping:
         self.stride = -(-layout.size * layout.dtype.itemsize // unit) * unit
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(path, flags, 0o600)
+        self._claim = claim(os.dup(fd)) if create else None     # until `remove`
         try:
             if create:
                 os.ftruncate(fd, self.stride * parts)
@@ -151,6 +153,9 @@ class Mapping:
                 if hasattr(os, "posix_fallocate"):
                     os.posix_fallocate(fd, 0, self.stride * parts)
             self.map = mmap.mmap(fd, self.stride * parts)
+        except BaseException:
+            release(self._claim)
+            raise
         finally:
             os.close(fd)
 
@@ -160,11 +165,12 @@ class Mapping:
         _remove_stale(cls.FOLDER)
         path = os.path.join(cls.FOLDER, f"fastbptt-{os.getpid()}-{time.monotonic_ns()}")
         try:
-            return cls(layout, workers + 1, path, create=True)
+            mapping = cls(layout, workers + 1, path, create=True)
         except (OSError, ValueError):
             with contextlib.suppress(OSError):
                 os.unlink(path)
             return None
+        return mapping
 
     def part(self, i):
         return np.frombuffer(self.map, self.layout.dtype, self.layout.size, i * self.stride)
@@ -172,6 +178,8 @@ class Mapping:
     def remove(self):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
+        release(self._claim)
+        self._claim = None
 
     def __reduce__(self):                   # a worker maps the same file
         return Mapping, (self.layout, self.parts, self.path)
@@ -180,7 +188,9 @@ class Mapping:
 def _remove_stale(folder):
     """Remove what runs no longer running left in ``folder`` (/dev/shm): a mapping
     (``fastbptt-PID-N``) or a socket's folder (``fastbptt-PID-XXXX``) outlives a process
-    killed outright (SIGKILL, the OOM killer) before it removed them. Only this user's."""
+    killed outright (SIGKILL, the OOM killer) before it removed them. Only this user's,
+    and none that a process still claims (`fastbptt._shm_claims`: a PID in another PID
+    namespace is not seen running)."""
     try:
         entries = os.listdir(folder)
     except OSError:
@@ -189,7 +199,8 @@ def _remove_stale(folder):
         match = re.fullmatch(r"fastbptt-(\d+)-\w+", entry)
         path = os.path.join(folder, entry)
         try:
-            if not match or running(int(match[1])) or os.lstat(path).st_uid != os.getuid():
+            if not match or running(int(match[1])) or os.lstat(path).st_uid != os.getuid() \
+                    or claimed(path):
                 continue
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)

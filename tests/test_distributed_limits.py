@@ -176,3 +176,40 @@ def test_what_a_killed_run_left_in_dev_shm_goes_at_the_next_mapping(tmp_path, mo
                                                                               seed=0)), 1)
     made.remove()
     assert sorted(os.listdir(tmp_path)) == sorted(kept)
+
+
+def test_what_a_running_process_claims_in_dev_shm_is_kept(tmp_path, monkeypatch):
+    """A PID says nothing across PID namespaces (containers sharing /dev/shm): a run in
+    another one is not seen running, and its mapping or socket folder was removed under
+    it. Each is claimed (a shared flock) while its run needs it, and the cleanup keeps
+    what it cannot lock; once the claim is let go, it goes."""
+    import subprocess
+    import sys
+
+    from fastbptt import _step_socket
+    from fastbptt._shm_claims import claim, claimed, release
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    unseen = int(done.stdout)           # a PID no process here has: another namespace's
+    mapping, folder = tmp_path / f"fastbptt-{unseen}-123456", tmp_path / f"fastbptt-{unseen}-x"
+    mapping.write_bytes(b"x" * 100)
+    folder.mkdir()
+    claims = [claim(str(mapping)), claim(str(folder))]
+    monkeypatch.setattr(distributed.Mapping, "FOLDER", str(tmp_path))
+    layout = distributed.Layout(fastbptt.init_params(5, 8, 5, seed=0))
+    made = distributed.Mapping.create(layout, 1)
+    assert claimed(made.path)                     # its own, until every worker has it
+    made.remove()
+    assert sorted(os.listdir(tmp_path)) == sorted([mapping.name, folder.name])
+    for fd in claims:
+        release(fd)
+    distributed.Mapping.create(layout, 1).remove()
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setattr(_step_socket, "_folder", lambda: str(tmp_path))
+    listener = _step_socket.Listener(1)
+    try:
+        assert claimed(listener.folder)
+    finally:
+        listener.remove()
+    assert not claimed(listener.folder) and os.listdir(tmp_path) == []
