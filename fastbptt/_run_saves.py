@@ -112,9 +112,10 @@ def _diverged(error, trainer, path, lr, again):
     """The line for `Diverged`: nothing is saved (its docstring says why), and the last
     checkpoint is the way back when it lies before the step that failed."""
     if error.applied:
-        what = (f"the update of step {error.step} made the {error.what} overflow (the "
-                f"learning rate {lr:g} is far too large), so "
-                f"{'they are' if error.what == 'weights' else 'it is'} lost")
+        cause = f"the learning rate {lr:g} is far too large" if error.what == "weights" \
+            else "a gradient is far too large"      # Adam's v: a gradient's square
+        what = (f"the update of step {error.step} made the {error.what} overflow ({cause}), "
+                f"so {'they are' if error.what == 'weights' else 'it is'} lost")
     else:
         what = (f"{error}, so that step was not applied; the state before it would give the "
                 f"same {error.what} again whatever the learning rate, so it is not saved")

@@ -154,7 +154,8 @@ def test_an_update_that_overflows_the_optimizers_state_saves_nothing_either(
     monkeypatch.setattr(Adam, "_update", huge)
     assert main(train(corpus, ckpt, "--steps", "4", "--resume")) == 1
     line = stderr_line(capsys)
-    assert "the update of step 3 made the adam optimizer's state overflow" in line
+    assert ("the update of step 3 made the adam optimizer's state overflow (a gradient is "
+            "far too large)") in line
     assert f"so it is lost; {ckpt} keeps step 2: resume from it" in line
     assert ckpt.read_bytes() == before
 
