@@ -79,6 +79,8 @@ USAGE = [
     (["train", "tiny.txt", *SMALL, "--lr", "nan"], "argument --lr: must be a finite number"),
     (["train", "tiny.txt", *SMALL, "--lr", "1e39"],
      "--lr 1e+39 is beyond the range of --dtype float32"),
+    (["train", "tiny.txt", *SMALL, "--lr", "1e-50"],       # trained nothing
+     "--lr 1e-50 is 0 in --dtype float32 (at least 1.4e-45)"),
     (["train", "tiny.txt", *SMALL, "--val-fraction", "1"],
      "argument --val-fraction: must be a finite number in (0, 1)"),
     (["train", "tiny.txt", *SMALL, "--truncate", "4", "--stride", "5"],
