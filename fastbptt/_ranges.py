@@ -35,8 +35,8 @@ def shown(value):
 def digits(n):
     """The decimal digits of an int n > 0, without str(n) (which Python refuses beyond
     4,300 digits)."""
-    digits = int((n.bit_length() - 1) * math.log10(2)) + 1    # at most one too few
-    return digits + 1 if n >= 10 ** digits else digits
+    d = int((n.bit_length() - 1) * math.log10(2)) + 1    # at most one too few
+    return d + 1 if n >= 10 ** d else d
 
 
 def flag(field):
