@@ -12,7 +12,7 @@ when its rows are padded). Token ids are a gather of U's columns instead.
 import numpy as np
 
 from ._jit import jit
-from .blas import gemm, scratch, transpose_into
+from .blas import EXACT_SUMS, gemm, scratch, transpose_into
 from .copies import add_row, copy_rows
 
 
@@ -156,11 +156,6 @@ def _add_rows_at(acc, delta, x_ids):
         add_row(acc[x_ids[tb]], delta[tb])
 
 
-# Sums over more steps than this run in float64 and are rounded once; fewer, in the
-# dtype (where a float32 sum's error, at most a few thousand roundings, stays near the
-# matrix products': at B T = 1.28 M steps a float32 dU lost 1.2e-5 relative against
-# dW's 1.9e-6, and 5e-8 summed in float64; below it, the float64 sum only cost time).
-EXACT_SUMS = 4096
 
 
 @jit(inline="always")

@@ -16,10 +16,10 @@ lag-major path of `backward` on a feature-major copy.
 import numpy as np
 
 from ._jit import jit
-from .blas import gemm, scratch, transpose_into
+from .blas import EXACT_SUMS, gemm, scratch, transpose_into
 from .cells import backward_tm, forward_tm, to_h0
 from .copies import add_row, copy_row, copy_rows, longest, zero_steps_after
-from .inputs import EXACT_SUMS, gather_step
+from .inputs import gather_step
 from .matvec import panels_axpy, passes, rows_axpy, rows_of_W
 
 NARROW = 4      # fewer sequences than this always run here
@@ -233,7 +233,7 @@ def backward_narrow_whole(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf,
 @jit
 def _column_sums(d, out, r0, r1):
     """out[r0:r1] <- the sum over rows of d's columns r0 ... r1-1, in float64 beyond
-    `inputs.EXACT_SUMS` rows. (Slices, not indices from r0: loops over slices vectorize,
+    `blas.EXACT_SUMS` rows. (Slices, not indices from r0: loops over slices vectorize,
     and took a tenth of the time.)"""
     o = out[r0:r1]
     if d.shape[0] <= EXACT_SUMS:
