@@ -29,7 +29,9 @@ def global_norm(grads):
     Each array's sum runs in its dtype; one whose squares overflow it (float32 entries
     beyond about 1e19, float64 beyond about 1e154) is summed again in float64, scaled by
     its largest entry, so that only entries that are themselves inf or NaN give an inf or
-    NaN norm, and a norm beyond float64's range (about 1.8e308) an inf one."""
+    NaN norm, and a norm beyond float64's range (about 1.8e308) an inf one; likewise one
+    whose squares fall below the dtype's normal numbers (float32 entries below about
+    1e-19), which would give a norm of 0 or one that lost its digits."""
     top, total = _norm_parts(_arrays(grads).values())
     return top * math.sqrt(total)
 
@@ -47,7 +49,10 @@ def _norm_parts(arrays):
         with np.errstate(over="ignore", invalid="ignore",    # an overflow: summed again
                          under="ignore"):                    # tiny squares: 0, rightly
             part = float(np.dot(flat, flat))
-        if not (math.isfinite(part) and part <= _DIRECT):
+        # summed again scaled where the squares overflow, or may have lost their digits
+        # below the dtype's normal numbers (float32 entries of 1e-30: a norm of 0)
+        small = float(np.finfo(a.dtype).tiny / np.finfo(a.dtype).eps)
+        if not (math.isfinite(part) and small <= part <= _DIRECT):
             top = float(np.max(np.abs(flat))) if flat.size else 0.0
             if math.isfinite(top) and top > 0:                # else inf or NaN entries
                 scaled = flat.astype(np.float64) / top
