@@ -531,7 +531,31 @@ MODEL_BAD_CALLS = [
     ("dc_final for a GRU", back_call(GRU_LAYER, np.zeros((B, T, H)), None, np.zeros((B, H))),
      ValueError, ("dc_final is the LSTM's cell-state gradient; the gru cell has no cell state",
                   "pass dc_final=None")),
+    # non-finite states and upstream gradients of the LSTM's cell, and of the final states
+    ("NaN in c0", bptt_call(LSTM2, c0=put(np.zeros((4, B, H)), (1, 0, 2), np.nan)),
+     ValueError, ("c0 holds a non-finite value (nan at index (1, 0, 2))",)),
+    ("inf in a layer's c0", vjp_call(LSTM2.layers[0][0], c0=np.full((B, H), np.inf)),
+     ValueError, ("c0 holds a non-finite value (inf at index (0, 0))",)),
+    ("NaN in dh_final", back_call(layers(LSTM2), np.zeros((B, T, 2 * H)),
+                                  put(np.zeros((4, B, H)), (2, 1, 0), np.nan)), ValueError,
+     ("dh_final holds a non-finite value (nan at index (2, 1, 0))", "check_finite=False")),
+    ("inf in dc_final", back_call(layers(LSTM2), np.zeros((B, T, 2 * H)), None,
+                                  put(np.zeros((4, B, H)), (3, 0, 1), -np.inf)), ValueError,
+     ("dc_final holds a non-finite value (-inf at index (3, 0, 1))", "check_finite=False")),
 ]
+
+
+def test_check_finite_false_lets_non_finite_states_and_upstream_gradients_through():
+    """The scan of c0, dh_final and dc_final is the one check_finite turns off: the
+    values then show in the results."""
+    c0 = put(np.zeros((4, B, H)), (1, 0, 2), np.nan)
+    assert np.isnan(fastbptt.bptt(X, Y, LSTM2, c0=c0, check_finite=False).loss)
+    out, back = fastbptt.layer.vjp(XD, layers(LSTM2), check_finite=False)
+    nan = put(np.zeros((4, B, H)), (2, 1, 0), np.nan)
+    zeros = np.zeros((B, T, 2 * H))
+    for upstream in ((zeros, nan), (zeros, None, nan)):
+        grads = back(*upstream).grads
+        assert np.isnan(grads.layers[1][0].W).any()
 
 
 @pytest.mark.parametrize("reference", [False, True], ids=["kernels", "reference"])

@@ -69,3 +69,31 @@ def test_dx_is_not_overwritten_by_later_calls(layer32, shape):
     fastbptt.layer.vjp(rng.standard_normal(shape).astype(np.float32), layer32)[1](
         np.ones(out.h.shape, np.float32))
     assert np.array_equal(r.dx, kept)
+
+
+@pytest.mark.parametrize("cell", ["elman", "gru", "lstm"])
+def test_dh_final_joins_at_each_sequences_last_real_step(cell):
+    """dh_final is dL/dh at each sequence's last real step (lengths[b] - 1): back(0,
+    dh_final) equals back of a dh holding it at that step, and the reference's."""
+    rng = np.random.default_rng(7)
+    layer = fastbptt.init_params(3, 4, 3, cell=cell, num_layers=2, dtype=np.float64,
+                                 seed=2).layers[0][0]
+    lengths = np.array([5, 3, 0])
+    x, h0 = rng.standard_normal((3, 5, 3)), rng.standard_normal((3, 4))
+    out, back = fastbptt.layer.vjp(x, layer, lengths=lengths, h0=h0)
+    dh_final = rng.standard_normal(out.h_final.shape)
+    got = back(np.zeros(out.h.shape), dh_final)
+    dh = np.zeros(out.h.shape)
+    for b, n in enumerate(lengths):
+        if n:
+            dh[b, n - 1] = dh_final[b]
+    placed = back(dh)
+    want = fastbptt.reference.layer_vjp(x, layer, lengths=lengths, h0=h0)[1](
+        np.zeros(out.h.shape), dh_final)
+    for name, g in leaves(got.grads).items():
+        assert np.allclose(g, leaves(placed.grads)[name], rtol=1e-12, atol=1e-14), name
+        assert np.allclose(g, leaves(want.grads)[name], rtol=1e-10, atol=1e-13), name
+        assert np.abs(g).max() > 0, name
+    assert np.allclose(got.dx, placed.dx, rtol=1e-12, atol=1e-14)
+    assert np.array_equal(got.dh0[2], dh_final[2])          # a sequence of no steps
+    assert np.allclose(got.dh0, want.dh0, rtol=1e-10, atol=1e-13)

@@ -15,6 +15,19 @@ from conftest import ACTIVATIONS, LOSSES, TRUNCATIONS, make_problem, truncation_
 TOLERANCE = 1e-6
 
 
+def test_window_starts_are_spec_section_3s():
+    """lo(t), written out by hand from SPEC.md §3 (windows of k steps ending at the end of
+    each block of s outputs): the finite differences below build their surrogate from the
+    same rule, so they cannot see it wrong."""
+    def starts(k, s, n):
+        return [reference.layer.window_start(t, k, s) for t in range(n)]
+    assert starts(5, 2, 8) == [0, 0, 0, 0, 1, 1, 3, 3]
+    assert starts(4, 3, 9) == [0, 0, 0, 2, 2, 2, 5, 5, 5]
+    assert starts(3, 1, 6) == [0, 0, 0, 1, 2, 3]
+    assert starts(4, 4, 9) == [0, 0, 0, 0, 4, 4, 4, 4, 8]
+    assert starts(None, 1, 4) == [0, 0, 0, 0]
+
+
 @pytest.mark.parametrize("truncation", TRUNCATIONS, ids=truncation_id)
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("activation", ACTIVATIONS)

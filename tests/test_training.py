@@ -41,8 +41,11 @@ def test_other_optimizers_and_truncations_learn(optimizer, lr, window):
     assert np.mean(losses[-10:]) < np.mean(losses[:5])
 
 
-def test_evaluate_matches_the_loss_of_one_call():
-    params = fastbptt.init_params(5, 6, 5, dtype=np.float64, seed=0)
+@pytest.mark.parametrize("cell, layers", [("elman", 1), ("gru", 1), ("lstm", 1), ("lstm", 2)])
+def test_evaluate_matches_the_loss_of_one_call(cell, layers):
+    """Chunks of 37 steps carry every state to the next, the LSTM's c too."""
+    params = fastbptt.init_params(5, 6, 5, cell=cell, num_layers=layers, dtype=np.float64,
+                                  seed=0)
     ids = np.random.default_rng(0).integers(0, 5, size=201)
     got = evaluate(params, ids, streams=1, steps=37)
     want = fastbptt.loss(ids[:-1], ids[1:], params) / 200
