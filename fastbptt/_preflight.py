@@ -205,8 +205,10 @@ def _memory_limit():
 
 
 def _size(n):
-    if n >= 2**40 * 10**15:          # in powers of ten (a float may not hold n)
-        return f"10^{digits(n // 2**40) - 1} TB"
+    if n >= 2**40 * 10**15:          # as 9.99e15 TB, in integers (a float may not hold n)
+        tb = n // 2**40
+        e = digits(tb) - 1
+        return f"{tb // 10 ** (e - 2) / 100:.2f}e{e} TB"
     for unit, scale in (("TB", 2**40), ("GB", 2**30)):
         if n >= scale:
             return f"{n / scale:,.1f} {unit}"

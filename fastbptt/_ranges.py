@@ -29,6 +29,8 @@ def shown(value):
         return f"an int of {digits(abs(int(value)))} digits"
     if isinstance(value, str) and len(value) > 60:
         return f"{value[:20]!r}... ({len(value)} characters)"
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return str(value)                       # NumPy's scalars as numbers: 0, not np.int64(0)
     return repr(value)
 
 

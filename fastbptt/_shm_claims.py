@@ -24,6 +24,8 @@ def claim(path_or_fd):
     """A descriptor holding a shared lock on the file or folder (or on an open
     descriptor's, which is then kept); None where locks are not available."""
     if fcntl is None:
+        if isinstance(path_or_fd, int):
+            os.close(path_or_fd)
         return None
     fd = os.open(path_or_fd, os.O_RDONLY) if not isinstance(path_or_fd, int) else path_or_fd
     try:

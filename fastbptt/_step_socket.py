@@ -112,8 +112,12 @@ class Listener:
         self._claim = claim(self.folder)            # until `remove`
         self.path = os.path.join(self.folder, "steps")
         self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.server.bind(self.path)
-        self.server.listen(count)
+        try:
+            self.server.bind(self.path)
+            self.server.listen(count)
+        except BaseException:           # (a folder whose path is too long for a socket)
+            self.remove()
+            raise
         self.socks = [None] * count
         self.unread = []                # blocks whose last reply was not read
 

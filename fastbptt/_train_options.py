@@ -119,5 +119,6 @@ class TrainOptions:
             raise ValueError(f"--lr {self.lr:g} is beyond the range of --dtype {self.dtype} "
                              f"(at most {largest:.4g})")
         if np.dtype(self.dtype).type(self.lr) == 0:     # no update would change a weight
-            raise ValueError(f"--lr {self.lr:g} is 0 in --dtype {self.dtype} (at least "
-                             f"{float(np.finfo(self.dtype).smallest_subnormal):.2g})")
+            raise ValueError(f"--lr {self.lr:g} rounds to 0 in --dtype {self.dtype}, whose "
+                             f"smallest number is "
+                             f"{float(np.finfo(self.dtype).smallest_subnormal):.2g}")

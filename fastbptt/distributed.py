@@ -682,9 +682,14 @@ class Workers:
         rows = split_rows(batch, len(chosen))
         layout = Layout(params)
         mapping = Mapping.create(layout, len(chosen)) if self.shared else None
-        blocks = DaskBlocks(self.client, chosen, rows, layout, mapping)
-        blocks.stopped = lambda: self.stopped()     # as the command sets it, now or later
-        flat = layout.pack(params, blocks._out)
+        try:
+            blocks = DaskBlocks(self.client, chosen, rows, layout, mapping)
+            blocks.stopped = lambda: self.stopped()     # as the command sets it, now or later
+            flat = layout.pack(params, blocks._out)
+        except BaseException:
+            if mapping is not None:
+                mapping.remove()
+            raise
         small = np.uint8 if ids.max(initial=0) < 256 else np.int32
         try:
             for i, (address, r, (part, segment, state)) in enumerate(zip(

@@ -80,7 +80,7 @@ USAGE = [
     (["train", "tiny.txt", *SMALL, "--lr", "1e39"],
      "--lr 1e+39 is beyond the range of --dtype float32"),
     (["train", "tiny.txt", *SMALL, "--lr", "1e-50"],       # trained nothing
-     "--lr 1e-50 is 0 in --dtype float32 (at least 1.4e-45)"),
+     "--lr 1e-50 rounds to 0 in --dtype float32, whose smallest number is 1.4e-45"),
     (["train", "tiny.txt", *SMALL, "--val-fraction", "1"],
      "argument --val-fraction: must be a finite number in (0, 1)"),
     (["train", "tiny.txt", *SMALL, "--truncate", "4", "--stride", "5"],
@@ -269,7 +269,8 @@ def failures(folder):
         (["train", "tiny.txt", *SMALL, "--layers", "1000000000000"],     # not listed: no hang
          "--layers 1000000000000 --cell elman with --batch 2 --seq-length 8 (weights"),
         (["train", "tiny.txt", *SMALL, "--hidden", "9" * 400],          # beyond any float
-         "(weights, gradients, adam state, working memory) needs about 10^"),
+         "(weights, gradients, adam state, working memory) needs about 1.45e789 TB, more "
+         "than"),
         (["train", "tiny.txt", *SMALL, "--seq-length", "9" * 400],
          "choose a smaller --hidden, --layers, --batch or --seq-length"),
         (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "nothere.npz"],

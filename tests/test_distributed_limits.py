@@ -213,3 +213,22 @@ def test_what_a_running_process_claims_in_dev_shm_is_kept(tmp_path, monkeypatch)
     finally:
         listener.remove()
     assert not claimed(listener.folder) and os.listdir(tmp_path) == []
+
+
+def test_a_socket_that_cannot_be_made_leaves_no_folder_and_no_claim(tmp_path, monkeypatch):
+    """A Listener whose bind failed (a folder path too long for a Unix socket) left its
+    folder behind, claimed, with the claim's descriptor open."""
+    from fastbptt import _step_socket
+    from fastbptt._shm_claims import claim
+
+    deep = tmp_path / ("d" * 100) / ("e" * 100)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(_step_socket, "_folder", lambda: str(deep))
+    opened = []
+    monkeypatch.setattr(_step_socket, "claim",
+                        lambda path: opened.append(claim(path)) or opened[-1])
+    with pytest.raises(OSError):
+        _step_socket.Listener(1)
+    assert os.listdir(deep) == []
+    with pytest.raises(OSError):                # the claim's descriptor is closed
+        os.fstat(opened[0])

@@ -227,3 +227,16 @@ def test_sizes_names_paths_and_numbers_beyond_floats_are_named(tmp_path):
     assert corpus.read_files(os.fsencode(path)).text == "hello there"
     both = corpus.read_files(p for p in (path, tmp_path / "a.txt"))
     assert both.text == "hello there" * 2 and both.description.startswith("a.txt, a.txt: ")
+
+
+def test_numbers_in_messages_read_as_numbers():
+    """NumPy's scalars in a range's message read as the numbers they are ("got 0", not
+    "got np.int64(0)"), and a size beyond a float as its leading digits."""
+    from fastbptt._preflight import _size
+    from fastbptt.train import TrainOptions
+    with pytest.raises(ValueError, match=r"--hidden must be an integer of at least 1; got 0$"):
+        TrainOptions(hidden=np.int64(0)).check()
+    with pytest.raises(ValueError, match=r"--lr must be a finite number above 0; got inf$"):
+        TrainOptions(lr=np.float64("inf")).check()
+    assert _size(2**40 * (10**16 - 1)) == "9.99e15 TB"
+    assert _size(2**40 * 10**400) == "1.00e400 TB"
