@@ -156,8 +156,6 @@ def _add_rows_at(acc, delta, x_ids):
         add_row(acc[x_ids[tb]], delta[tb])
 
 
-
-
 @jit(inline="always")
 def _scatter_feature_major(delta, x_ids, dU, c0, c1):
     """Rows c0 ... c1-1 of dU from a feature-major delta (H, T B), each row's sums in
