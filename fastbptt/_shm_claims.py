@@ -5,7 +5,8 @@ removes those whose PID no longer runs (`fastbptt.distributed._remove_stale`): t
 outlive a process killed outright. A PID says nothing across PID namespaces, though
 (containers sharing /dev/shm as root): there a running process's PID may be unknown. So
 the run also holds a shared ``flock`` on each while it needs it, which the kernel drops
-when the process ends however it ends, and the cleanup leaves whatever it cannot lock.
+when the process ends however it ends, and the cleanup leaves whatever it cannot lock
+and whatever was changed in the last minute (made, not yet claimed).
 """
 from __future__ import annotations
 

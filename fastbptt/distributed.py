@@ -185,12 +185,16 @@ class Mapping:
         return Mapping, (self.layout, self.parts, self.path)
 
 
+_YOUNG = 60                  # seconds
+
+
 def _remove_stale(folder):
     """Remove what runs no longer running left in ``folder`` (/dev/shm): a mapping
     (``fastbptt-PID-N``) or a socket's folder (``fastbptt-PID-XXXX``) outlives a process
     killed outright (SIGKILL, the OOM killer) before it removed them. Only this user's,
-    and none that a process still claims (`fastbptt._shm_claims`: a PID in another PID
-    namespace is not seen running)."""
+    none that a process still claims (`fastbptt._shm_claims`: a PID in another PID
+    namespace is not seen running), and none changed in the last `_YOUNG` seconds (one
+    just made is claimed a moment after it is made)."""
     try:
         entries = os.listdir(folder)
     except OSError:
@@ -199,7 +203,10 @@ def _remove_stale(folder):
         match = re.fullmatch(r"fastbptt-(\d+)-\w+", entry)
         path = os.path.join(folder, entry)
         try:
-            if not match or running(int(match[1])) or os.lstat(path).st_uid != os.getuid() \
+            if not match or running(int(match[1])):
+                continue
+            made = os.lstat(path)
+            if made.st_uid != os.getuid() or time.time() - made.st_mtime < _YOUNG \
                     or claimed(path):
                 continue
             if os.path.isdir(path) and not os.path.islink(path):

@@ -4,10 +4,12 @@ import errno
 import os
 import re
 import socket
+import time
 
 import pytest
 
 import fastbptt
+from pids import NO_PROCESS
 
 distributed = pytest.importorskip("fastbptt.distributed", reason="needs dask[distributed]")
 
@@ -158,24 +160,26 @@ def test_workers_start_with_the_groups_signals_blocked():
 def test_what_a_killed_run_left_in_dev_shm_goes_at_the_next_mapping(tmp_path, monkeypatch):
     """A run killed outright (SIGKILL, the OOM killer) while it placed its cursors left its
     mapping and its socket's folder; the next run removes them, and nothing of a process
-    still running."""
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
-    dead, alive = int(done.stdout), os.getpid()
+    still running, nor one made in the last minute (its maker may not have claimed it
+    yet)."""
+    dead, alive = NO_PROCESS, os.getpid()
     (tmp_path / f"fastbptt-{dead}-123456").write_bytes(b"x" * 100)
     (tmp_path / f"fastbptt-{dead}-ab_cd12").mkdir()
     (tmp_path / f"fastbptt-{dead}-ab_cd12" / "steps").write_text("")
     kept = [f"fastbptt-{alive}-42", "fastbptt-other", "notes.txt"]
     for name in kept:
         (tmp_path / name).write_text("")
+    young = [f"fastbptt-{dead}-7", f"fastbptt-{dead}-young_folder"]
+    (tmp_path / young[0]).write_text("")
+    (tmp_path / young[1]).mkdir()
+    for path in tmp_path.iterdir():
+        if path.name not in young:
+            os.utime(path, (time.time() - 61, time.time() - 61))
     monkeypatch.setattr(distributed.Mapping, "FOLDER", str(tmp_path))
     made = distributed.Mapping.create(distributed.Layout(fastbptt.init_params(5, 8, 5,
                                                                               seed=0)), 1)
     made.remove()
-    assert sorted(os.listdir(tmp_path)) == sorted(kept)
+    assert sorted(os.listdir(tmp_path)) == sorted(kept + young)
 
 
 def test_what_a_running_process_claims_in_dev_shm_is_kept(tmp_path, monkeypatch):
@@ -183,18 +187,15 @@ def test_what_a_running_process_claims_in_dev_shm_is_kept(tmp_path, monkeypatch)
     another one is not seen running, and its mapping or socket folder was removed under
     it. Each is claimed (a shared flock) while its run needs it, and the cleanup keeps
     what it cannot lock; once the claim is let go, it goes."""
-    import subprocess
-    import sys
-
     from fastbptt import _step_socket
     from fastbptt._shm_claims import claim, claimed, release
 
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
-    unseen = int(done.stdout)           # a PID no process here has: another namespace's
+    unseen = NO_PROCESS                 # a PID no process here has: another namespace's
     mapping, folder = tmp_path / f"fastbptt-{unseen}-123456", tmp_path / f"fastbptt-{unseen}-x"
     mapping.write_bytes(b"x" * 100)
     folder.mkdir()
+    for path in (mapping, folder):      # older than a just-made one, which is kept anyway
+        os.utime(path, (time.time() - 61, time.time() - 61))
     claims = [claim(str(mapping)), claim(str(folder))]
     monkeypatch.setattr(distributed.Mapping, "FOLDER", str(tmp_path))
     layout = distributed.Layout(fastbptt.init_params(5, 8, 5, seed=0))

@@ -4,8 +4,6 @@ checkpoint and says where to go back; a corpus is
 recognised by its content; a resumed run may lower its learning rate or add clipping."""
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,6 +15,7 @@ from fastbptt.cli import main
 from fastbptt.params import leaves
 from fastbptt.text import Codec
 from fastbptt.train import Diverged, TrainOptions, Trainer
+from pids import NO_PROCESS
 
 
 @pytest.fixture
@@ -502,9 +501,7 @@ def test_a_run_removes_the_temporary_files_of_killed_saves_of_its_checkpoint(cor
     """A process killed in the middle of a save leaves its temporary file; the next run on
     that checkpoint, new or resumed, removes the ones of processes no longer running, and
     only those of its own checkpoint."""
-    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                           capture_output=True, text=True, check=True)
-    dead = int(ended.stdout)
+    dead = NO_PROCESS
     for resume in (False, True):
         names = {f".run.npz.{dead}.0.tmp": False, f".run.npz.{dead}.3.tmp": False,
                  f".run.npz.{os.getpid()}.0.tmp": True,     # a process still running
