@@ -568,3 +568,35 @@ def test_eager_calls_of_shapes_seen_before_compile_nothing_again():
     finally:
         logger.removeHandler(handler)
     assert not [m for m in messages if "pure_callback" in m], messages[:5]
+
+
+def test_host_values_are_checked_under_jit_too():
+    """Host ids and lengths closed over (or static) inside jit are known values: checked
+    while tracing, before jnp.asarray narrows them (2**32 + 1 to 1 without x64)."""
+    jax.config.update("jax_enable_x64", False)
+    rng = np.random.default_rng(14)
+    p = draw("elman", rng, np.float32)
+    with pytest.raises(ValueError, match=r"x token ids must lie in \[0, 4\) .*; got 4294967297"):
+        jax.jit(lambda p: fj.rnn(p, np.array([[2**32 + 1, 0, 3]]))[0])(p)
+    x = rng.normal(size=(2, 3, L)).astype(np.float32)
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=3\]"):
+        jax.jit(lambda p: fj.rnn(p, x, lengths=np.array([2**32 + 2, 1]))[0])(p)
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=3\]"):     # x traced
+        jax.jit(lambda p, x, n: fj.rnn(p, x, lengths=n)[0], static_argnums=2)(p, x, (4, 1))
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=3\]"):     # time-major
+        jax.jit(lambda x: fj.rnn(p, x, lengths=[4, 1], time_major=True)[0])(x.swapaxes(0, 1))
+    h = jax.jit(lambda p, x: fj.rnn(p, x, lengths=np.array([2, 1]))[0])(p, x)  # in range
+    assert h.shape == (2, 3, H) and float(jnp.abs(h[1, 1:]).max()) == 0
+
+
+def test_options_traced_by_jit_say_to_make_them_static():
+    """jax.jit traces keyword arguments too: reverse, time_major, truncate and stride
+    then arrive as tracers, and the error says how to keep them Python values."""
+    rng = np.random.default_rng(15)
+    p = draw("lstm", rng)
+    x = jnp.asarray(rng.normal(size=(B, T, L)))
+    for name, value in (("reverse", True), ("time_major", False), ("truncate", 3),
+                        ("stride", 1)):
+        with pytest.raises(TypeError, match=rf"^{name} is traced .* static_argnames=\('{name}',\)"):
+            jax.jit(fj.lstm)(p, x, **{name: value})
+        jax.jit(fj.lstm, static_argnames=(name,))(p, x, **{name: value})     # static: runs

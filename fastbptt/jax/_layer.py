@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import layer as _layer
 from .._bridge_options import check_truncation
-from .._inputs import prepare_layer
+from .._inputs import _lengths as _check_lengths, prepare_layer
 from .._masks import refuse_masked as _refuse_masked
 from .._params_check import check_layers
 from ..params import CELLS, LAYER_NAMES, Layer, read_layer
@@ -56,6 +56,13 @@ class Options(NamedTuple):
 
 def _host(value):
     return None if value is None else np.asarray(value)
+
+
+def _concrete(value):
+    """``value`` as a host array where its values are known (not a tracer), else None."""
+    if value is None or isinstance(value, jax.core.Tracer):
+        return None
+    return np.asarray(value)
 
 
 def _given(value):
@@ -313,6 +320,13 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     if cell != "elman" and activation != "tanh":
         raise ValueError(f"activation applies to the Elman cell only; got {activation!r} for "
                          f"the {cell.upper()} cell")
+    for name, value in (("reverse", reverse), ("time_major", time_major),
+                        ("truncate", truncate), ("stride", stride)):
+        if isinstance(value, jax.core.Tracer):
+            raise TypeError(f"{name} is traced (jax.jit made the argument an array), and it "
+                            f"sets the shape of the computation: pass it as a static "
+                            f"argument, jax.jit(f, static_argnames=({name!r},)), or close "
+                            f"over it; got {value!r}")
     if not isinstance(reverse, (bool, np.bool_)):
         raise TypeError(f"reverse must be True or False; got {reverse!r}")
     if not isinstance(time_major, (bool, np.bool_)):
@@ -353,15 +367,23 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     outputs = (h, final) + ((final,) if cell == "lstm" else ())
     opts = Options(cell, activation, reverse, truncate, stride, names, ids, time_major,
                    outputs)
-    if not any(isinstance(v, jax.core.Tracer) for v in (x, lengths)):
-        # the values of ids and lengths, wherever they are concrete: also under jax.grad
-        # or vmap of the params outside jit; the params' values are not read. Host arrays
-        # are checked as the caller gave them: without x64, JAX wraps int64 values into
-        # int32 (2**32 + 1 to 1), which would pass.
-        prepare_layer(np.asarray(x) if given_x is None else given_x, empty, cell=cell,
-                      activation=activation,
-                      lengths=_host(lengths) if given_lengths is None else given_lengths,
-                      reverse=reverse, check_finite=False, time_major=time_major)
+    # the values of ids and lengths, wherever they are known: host arrays as the caller
+    # gave them (also under jit, where jnp.asarray makes them tracers, and before JAX
+    # wraps int64 values into int32 without x64: 2**32 + 1 to 1, which would pass), and
+    # concrete JAX arrays (also under jax.grad or vmap of the params outside jit); the
+    # params' values are not read.
+    host_x = given_x if given_x is not None else _concrete(x)
+    host_lengths = given_lengths if given_lengths is not None else _concrete(lengths)
+    if lengths is None or host_lengths is not None:
+        if host_x is not None:
+            prepare_layer(host_x, empty, cell=cell, activation=activation,
+                          lengths=host_lengths, reverse=reverse, check_finite=False,
+                          time_major=time_major)
+        elif lengths is not None:           # x traced: its shape is enough for lengths
+            single = len(seqs) == 0
+            _check_lengths(host_lengths, 1 if single else seqs[0],
+                           lead[0] if time_major or single else lead[1], single,
+                           x.shape)
     return opts, leaves, x, h0, c0, lengths
 
 
