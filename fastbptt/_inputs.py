@@ -349,7 +349,8 @@ def _y(y, B, T, C, single, loss, mask, check_finite, x_shape, V_shape):
         arr = _private(arr.reshape(B, T))
         _check_ids("y class ids", arr, -1, C, mask,
                    lambda: f"C={C} from params V {V_shape}, -1 = no loss", shape=lead)
-        return (arr if mask is None else np.where(mask, arr, -1)).astype(np.int64, copy=False), True
+        arr = arr.astype(np.int64, copy=False)   # before the -1s: uint8's -1 would be 255
+        return (arr if mask is None else np.where(mask, arr, -1)), True
     want = lead + (C,)
     if arr.shape != want:
         hint = "; pass class ids as an integer array" if arr.shape == lead else ""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._kernels.batch_steps import batch_from_steps
-from ._inputs import _array, _check_finite, _in_dtype, prepare_layer
+from ._inputs import _array, _check_finite, _for_kernels, _in_dtype, prepare_layer
 from ._results import LayerGrads, LayerOutput, given_states
 from ._stack import forward_pass, run_forward
 from ._workspace import fresh, workspace
@@ -92,7 +92,11 @@ def _upstream(name, value, problem, shape, check_finite):
             mask = mask.T
         arr = arr.reshape(mask.shape + (-1,))          # as the mask, one sequence or not
     _check_finite(name, arr, check_finite, mask, shape=shape)
-    return _in_dtype(name, arr, problem.dtype, check_finite, shape, mask).reshape(shape)
+    # contiguous and writable, as the kernels are compiled for: a read-only, strided or
+    # Fortran-order dh (PyTorch's expanded gradient of a .sum(), JAX's read-only buffers)
+    # would compile another set of them
+    return _for_kernels(_in_dtype(name, arr, problem.dtype, check_finite, shape,
+                                  mask).reshape(shape))
 
 
 def _views(model):

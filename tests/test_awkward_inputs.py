@@ -230,3 +230,15 @@ def test_read_only_inputs_compile_no_new_kernels():
             for arg in signature:
                 assert not (isinstance(arg, types.Array) and not arg.mutable), \
                     (dispatcher.py_func.__qualname__, signature)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64, np.int8])
+def test_padding_class_ids_are_minus_one_whatever_the_dtype(dtype):
+    """Unsigned class ids cannot hold -1: the padding the kernels read must still be -1
+    (no loss), not 255, an id beyond C."""
+    from fastbptt._inputs import prepare
+
+    params = fastbptt.init_params(5, 4, 3, dtype=np.float64, seed=0)
+    problem = prepare(np.zeros((2, 4), int), np.ones((2, 4), dtype), params, lengths=[4, 1])
+    assert problem.y.dtype == np.int64
+    assert problem.y.tolist() == [[1, 1, 1, 1], [1, -1, -1, -1]]
