@@ -21,6 +21,7 @@ from ._kernels.checks import all_finite, id_range
 from ._masks import refuse_masked as _refuse_masked
 from .params import Model, Params
 from ._params_check import check_layers, check_model
+from ._ranges import shown
 
 ACTIVATIONS = {"tanh": 0, "sigmoid": 1, "relu": 2, "identity": 3}
 LOSSES = {"softmax_ce": 0, "mse": 1}
@@ -141,6 +142,10 @@ def _array(name, value, what="integers or floats"):
     except (ValueError, TypeError, RuntimeError) as exc:
         raise ValueError(f"{name} could not be read as an array: {exc}") from None
     if arr.dtype.kind not in "biuf":
+        big = _beyond_64_bits(arr) if "integer" in what else None
+        if big is not None:
+            raise ValueError(f"{name} holds an integer beyond 64 bits ({shown(big)}), which no "
+                             f"id or length can be")
         raise TypeError(f"{name} must hold {what}; got dtype {arr.dtype}")
     if arr.dtype.kind == "b":
         cast = " or ".join(f".astype({t})" for t in ("int", "float") if t in what)
@@ -148,6 +153,16 @@ def _array(name, value, what="integers or floats"):
     if not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     return arr
+
+
+def _beyond_64_bits(arr):
+    """The largest-magnitude entry of an object array that holds Python ints alone and
+    one beyond int64 and uint64 (as NumPy makes a list holding one), else None."""
+    if arr.dtype != object or not arr.size or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in arr.flat):
+        return None
+    big = max(arr.flat, key=abs)
+    return big if not -2**63 <= big < 2**64 else None
 
 
 def _in_dtype(name, arr, dtype, check_finite, shape=None, mask=None):
@@ -314,7 +329,8 @@ def _lengths(lengths, B, T, single, x_shape):
     if arr.size == 0 and arr.dtype.kind == "f":
         arr = arr.astype(np.int64)             # [] for a batch of no sequences
     if arr.dtype.kind not in "iu":
-        raise TypeError(f"lengths must hold integers; got dtype {arr.dtype}")
+        raise TypeError(f"lengths must hold integers; got dtype {arr.dtype}; cast with "
+                        f".astype(int)")
     want = () if single else (B,)
     if single and arr.shape == (1,):
         arr = arr.reshape(())

@@ -242,3 +242,21 @@ def test_padding_class_ids_are_minus_one_whatever_the_dtype(dtype):
     problem = prepare(np.zeros((2, 4), int), np.ones((2, 4), dtype), params, lengths=[4, 1])
     assert problem.y.dtype == np.int64
     assert problem.y.tolist() == [[1, 1, 1, 1], [1, -1, -1, -1]]
+
+
+def test_python_ints_beyond_64_bits_are_named_as_such():
+    """NumPy keeps a list holding an int beyond int64 and uint64 as Python objects: the
+    message says which value, not only that the dtype is object; float lengths are told
+    how to cast."""
+    params = fastbptt.init_params(5, 4, 3, dtype=np.float64, seed=0)
+    for x, y, lengths, name in (([[0, 2**64]], [[0, 1]], None, "x"),
+                                ([[0, 1]], [[0, -2**70]], None, "y"),
+                                ([[0, 1]], [[0, 1]], [2**64], "lengths")):
+        with pytest.raises(ValueError, match=rf"^{name} holds an integer beyond 64 bits "
+                                             rf"\((18446744073709551616|-1180591620717411303424)\)"):
+            fastbptt.loss(x, y, params, lengths=lengths)
+    with pytest.raises(TypeError, match=r"lengths must hold integers; got dtype float64; "
+                                        r"cast with \.astype\(int\)$"):
+        fastbptt.loss([[0, 1]], [[0, 1]], params, lengths=[2.0])
+    with pytest.raises(TypeError, match=r"^h0 must hold floats; got dtype object"):
+        fastbptt.loss([[0, 1]], [[0, 1]], params, h0=[[2**64, 0, 0, 0]])
