@@ -540,3 +540,68 @@ def test_input_and_hx_of_the_wrong_kind_are_type_errors_naming_them():
         with pytest.raises(TypeError, match=message):
             module(input, hx)
     lstm(x, [state, state])                 # a list of two, as torch.nn.LSTM takes it
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_saved_tensor_hooks_that_copy_or_pickle(cell):
+    """A pack hook may keep a copy of what is saved (compression, offloading to disk): the
+    copy lost the layer's state, and backward failed (or pickling it did)."""
+    import io
+
+    def pack(t):
+        buffer = io.BytesIO()
+        torch.save(t.clone(), buffer)
+        return buffer.getvalue()
+
+    def unpack(data):
+        return torch.load(io.BytesIO(data), weights_only=False)
+    native, bridge = modules(cell, input_size=3, hidden_size=4)
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    for module in (native, bridge):
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            out = module(x)[0]
+        out.square().sum().backward()
+    want, got = leaves(native.parameters()), leaves(bridge.parameters())
+    assert all(relative(g.grad, w.grad) < TOLERANCE for g, w in zip(got, want))
+
+
+def test_torch_export_is_refused_in_a_sentence_and_compile_still_works():
+    """torch.export failed inside the bridge (.numpy() of a subclass tensor), and broke
+    every torch.compile after it in the process."""
+    native, bridge = modules("lstm", input_size=3, hidden_size=4)
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    with pytest.raises(TypeError, match="cannot be exported by torch.export"):
+        torch.export.export(bridge, (x,))
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(bridge, backend="eager")(x)[0]
+        assert relative(out, native(x)[0]) < TOLERANCE
+
+
+def test_torch_compile_after_dynamo_reset_runs_it_between_graphs():
+    """A disabled forward made by an earlier compile (kept across torch._dynamo.reset())
+    let Dynamo trace into fastbptt's helpers, a warning (here an error) on each."""
+    native, bridge = modules("gru", input_size=3, hidden_size=4)
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    for _ in range(2):
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out = torch.compile(bridge, backend="eager")(x)[0]
+            assert relative(out, native(x)[0]) < TOLERANCE
+
+
+def test_fx_tracing_says_to_make_the_modules_leaves():
+    """torch.fx traces into modules that are not torch.nn's; as leaves they trace."""
+    native, bridge = modules("lstm", input_size=3, hidden_size=4)
+    model = torch.nn.Sequential(bridge)
+    with pytest.raises(TypeError, match="make them leaves"):
+        torch.fx.symbolic_trace(model)
+
+    class Leaves(torch.fx.Tracer):
+        def is_leaf_module(self, m, name):
+            return isinstance(m, ft.LSTM) or super().is_leaf_module(m, name)
+
+    graph = torch.fx.GraphModule(model, Leaves().trace(model))
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    with torch.no_grad():
+        assert relative(graph(x)[0], native(x)[0]) < TOLERANCE

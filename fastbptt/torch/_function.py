@@ -104,6 +104,13 @@ def _read_back(cfg, weights, dx):
             if i % per == 1 or i % per == 0 and (dx or i >= first)]
 
 
+def _saved_tensors_hooked():
+    """Whether saved-tensors hooks are active (they may save a copy of a saved tensor);
+    True where this PyTorch cannot say (the function is private)."""
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    return True if top is None else top(False) is not None
+
+
 class _Layers(torch.autograd.Function):
     """Forward: `fastbptt.layer.vjp`; backward: its ``back``."""
 
@@ -115,9 +122,13 @@ class _Layers(torch.autograd.Function):
         # ``back`` (the forward pass's states) rides on an empty tensor saved with the
         # weights: autograd frees saved tensors after the backward pass unless told to
         # retain the graph, and ``back`` goes with it, as a native module's states do
-        # (kept on ctx, it lived as long as the graph: the loss tensor, say)
+        # (kept on ctx, it lived as long as the graph: the loss tensor, say). Under
+        # saved-tensors hooks (torch.autograd.graph.saved_tensors_hooks) the holder may be
+        # packed into a copy, or pickled to disk, without it: ``back`` stays on ctx then.
         holder = torch.empty(0)
-        holder.fastbptt_back = back
+        ctx.fastbptt_back = back if _saved_tensors_hooked() else None
+        if ctx.fastbptt_back is None:
+            holder.fastbptt_back = back
         ctx.save_for_backward(holder, *_read_back(cfg, weights, ctx.needs_input_grad[1]))
         ctx.set_materialize_grads(False)
         return _outputs(cfg, out)
@@ -130,9 +141,10 @@ class _Layers(torch.autograd.Function):
                 "(create_graph=True, e.g. a gradient penalty) is not supported; use "
                 "torch.nn.RNN/GRU/LSTM for that")
         holder = ctx.saved_tensors[0]       # raises if a weight changed since forward
+        back = getattr(holder, "fastbptt_back", None) or ctx.fastbptt_back
         cfg = ctx.cfg
         dh = np.zeros(*ctx.like) if dh is None else dh.numpy()
-        r = holder.fastbptt_back(dh, _numpy(dh_n), _numpy(dc_n))
+        r = back(dh, _numpy(dh_n), _numpy(dc_n))
         dh0 = _tensor(r.dh0) if ctx.needs_input_grad[2] else None
         dc0 = _tensor(r.dc0) if ctx.needs_input_grad[3] else None
         return (None, _tensor(r.dx), dh0, dc0, *_weight_grads(cfg, r.grads))

@@ -77,17 +77,14 @@ def _autocast(module, input, hx):
     return input, hx
 
 
-_UNTRACED = []      # a list, not functools.cache: Dynamo warns on a cache it traces into
-
-
 def _untraced_forward():
-    """`_Bridge._forward` behind ``torch.compiler.disable``, made when first compiled: that
-    imports Dynamo, a second that a program which does not compile need not spend. Dynamo
-    cannot trace into Numba, and the frames it resumes after such a break read ``.grad``
-    of the non-leaf tensors they hold, a warning."""
-    if not _UNTRACED:
-        _UNTRACED.append(torch.compiler.disable(_Bridge._forward))
-    return _UNTRACED[0]
+    """`_Bridge._forward` behind ``torch.compiler.disable``, made only while Dynamo
+    traces: that imports Dynamo, a second that a program which does not compile need not
+    spend. Dynamo cannot trace into Numba, and the frames it resumes after such a break
+    read ``.grad`` of the non-leaf tensors they hold, a warning. Made on each trace, not
+    kept: one kept from an earlier trace (across ``torch._dynamo.reset()``, or a failed
+    ``torch.export``) no longer stopped Dynamo from tracing into fastbptt."""
+    return torch.compiler.disable(_Bridge._forward)
 
 
 def _check_ids(module, ids, where="input"):
@@ -108,6 +105,10 @@ def _check_ids(module, ids, where="input"):
 def _check_types(input, hx, lstm):
     """TypeError for an input that is not a tensor or a PackedSequence, and for hx that
     is not a tensor (an LSTM's: a tuple (h_0, c_0) of two tensors)."""
+    if isinstance(input, torch.fx.Proxy):
+        raise TypeError("torch.fx cannot trace into fastbptt.torch's modules (their forward "
+                        "calls Numba kernels through NumPy): make them leaves, with a "
+                        "torch.fx.Tracer whose is_leaf_module returns True for them")
     if not isinstance(input, (torch.Tensor, PackedSequence)):
         raise TypeError(f"input must be a tensor or a PackedSequence; got "
                         f"{type(input).__name__}")
@@ -175,6 +176,11 @@ class _Bridge:
     def forward(self, input, hx=None):
         """PyTorch's ``forward``; see ``torch.nn.RNN``, ``GRU``, ``LSTM``. Under
         ``torch.compile`` it runs whole between the graphs compiled."""
+        if torch.compiler.is_exporting():
+            name = type(self).__name__
+            raise TypeError(f"fastbptt.torch.{name} cannot be exported by torch.export: its "
+                            "forward calls Numba kernels through NumPy, which an exported "
+                            f"graph cannot hold. Use torch.nn.{name} to export")
         if torch.compiler.is_compiling():
             return _untraced_forward()(self, input, hx)
         return self._forward(input, hx)
