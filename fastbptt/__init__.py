@@ -51,8 +51,8 @@ def _refuse_disabled_jit(message):
         previous = sys.excepthook
 
         def one_line(kind, error, traceback):
-            if isinstance(error, JitDisabledError):
-                print(f"fastbptt: {error}", file=sys.stderr)
+            if isinstance(error, JitDisabledError):      # its message names fastbptt
+                print(f"fastbptt: {str(error).removeprefix('fastbptt ')}", file=sys.stderr)
             else:
                 previous(kind, error, traceback)
 
@@ -75,6 +75,7 @@ _WHERE = {
     "SGD": "optim", "Adagrad": "optim", "Adam": "optim",
     "sample": "sampling",
     "Codec": "text", "StreamBatcher": "text",
+    "CacheUnavailableWarning": "_kernels._jit",
 }
 _SUBMODULES = ("api", "checkpoint", "clip", "corpus", "gradcheck", "interchange", "layer",
                "optim", "params", "reference", "sampling", "text", "train")
@@ -84,7 +85,7 @@ __all__ = [
     "check_layer_grad", "clear_workspace", "forward", "from_torch", "to_torch",
     "get_num_threads", "grad", "init_params", "loss", "set_num_threads", "value_and_grad",
     "Adagrad", "Adam", "Codec", "SGD", "StreamBatcher", "checkpoint", "clip_grads", "optim",
-    "sample", "text", "layer", "JitDisabledError",
+    "sample", "text", "layer", "JitDisabledError", "CacheUnavailableWarning",
 ]
 __version__ = "0.1.0"
 
@@ -109,6 +110,7 @@ def __dir__():
 if TYPE_CHECKING:
     from . import api, checkpoint, clip, gradcheck, interchange, layer, optim, params
     from . import corpus, reference, sampling, text, train
+    from ._kernels._jit import CacheUnavailableWarning
     from ._results import BPTTResult, ForwardResult
     from ._threads import get_num_threads, set_num_threads
     from ._workspace import clear_workspace

@@ -108,7 +108,9 @@ def run_command(prog, command, args, *, last=False):
         if isinstance(error, CommandError) and error.__context__ is not None and \
                 _tracebacks():              # what the run's own line reports on
             traceback.print_exception(error.__context__, file=sys.stderr)
-        _say(prog, describe(error))
+        line = describe(error)
+        _say(prog, line.removeprefix("fastbptt ") if isinstance(error, JitDisabledError)
+             else line)                     # "fastbptt demo: cannot run with ..."
         return FAILURE
     except Exception as error:
         if _tracebacks():

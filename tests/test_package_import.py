@@ -123,12 +123,13 @@ def test_the_command_refuses_a_disabled_jit_in_one_line(tmp_path):
     still one line, status 1; from Numba's configuration file, the line names that file."""
     for r in command_with({"NUMBA_DISABLE_JIT": "1"}, ["demo", "--repeat", "1"]):
         assert r.returncode == 1
-        assert r.stderr == f"fastbptt: {fastbptt._DISABLED_JIT}\n"
+        assert r.stderr == f"fastbptt: {fastbptt._DISABLED_JIT.removeprefix('fastbptt ')}\n"
     pytest.importorskip("yaml")             # Numba reads its configuration file with it
     (tmp_path / ".numba_config.yaml").write_text("disable_jit: 1\n")
     for r in command_with({}, ["demo", "--repeat", "1"], cwd=tmp_path):
         assert r.returncode == 1
-        assert r.stderr == f"fastbptt demo: {fastbptt._DISABLED_JIT_CONFIG}\n"
+        assert r.stderr == (f"fastbptt demo: "
+                            f"{fastbptt._DISABLED_JIT_CONFIG.removeprefix('fastbptt ')}\n")
 
 
 def test_the_command_answers_help_and_wrong_options_without_numpy():
