@@ -72,29 +72,40 @@ def set_num_threads(n):
         raise TypeError(f"n must be an int; got {type(n).__name__}") from None
     if not 1 <= n <= MAX_THREADS:
         raise ValueError(f"n must lie in [1, {MAX_THREADS}] (the CPU count); got {n}")
-    _configured[:] = [n]
-    _in_use[0] = n
     lib = _scipy_blas()
-    with _inside[2]:
-        if _inside[0]:          # calls of other threads run on one BLAS thread: n is the
-            _inside[1] = n      # count the last of them restores, so that it holds after
-        elif lib is not None:
-            lib.set_num_threads(n)
+    with _default_lock:         # not undone by a first call's default applied meanwhile
+        _configured[:] = [n]
+        _in_use[0] = n
+        with _inside[2]:
+            if _inside[0]:          # calls of other threads run on one BLAS thread: n is the
+                _inside[1] = n      # count the last of them restores, so that it holds after
+            elif lib is not None:
+                lib.set_num_threads(n)
     numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
 
 
+_default_lock = threading.Lock()
+
+
 def ensure_default_threads():
-    """Apply the one-thread default once, unless the user chose a thread count."""
+    """Apply the one-thread default once, unless the user chose a thread count.
+
+    Calls of several threads may come here first at once: the others wait until the
+    count is known and applied (`_in_use` is read right after), and `_configured` is
+    marked only then, so that none of them reads None or runs before the default."""
     if _configured:
         return
-    _configured.append(None)
-    if not any(name in os.environ for name in _ENV_SETTINGS):
-        _in_use[0] = DEFAULT_THREADS
-        lib = _scipy_blas()
-        if lib is not None:
-            lib.set_num_threads(DEFAULT_THREADS)
-    else:
-        _in_use[0] = _library_threads()
+    with _default_lock:
+        if _configured:
+            return
+        if not any(name in os.environ for name in _ENV_SETTINGS):
+            lib = _scipy_blas()
+            if lib is not None:
+                lib.set_num_threads(DEFAULT_THREADS)
+            _in_use[0] = DEFAULT_THREADS
+        else:
+            _in_use[0] = _library_threads()
+        _configured.append(None)
 
 
 def threads_in_use():
@@ -129,14 +140,52 @@ def blas_info():
 
 
 _pool = []
+_pool_lock = threading.Lock()
+
+
+class _Pool:
+    """Daemon threads that run what `submit` queues, each returning a Future.
+
+    Not concurrent.futures' ThreadPoolExecutor: the interpreter's exit hook shuts every
+    such pool down as soon as the main thread returns, before Python waits for the
+    program's other (non-daemon) threads, so that their calls in slices raised
+    RuntimeError ('cannot schedule new futures after shutdown'). These threads serve
+    until the process ends."""
+
+    def __init__(self, n):
+        import queue
+        self._queue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, name=f"fastbptt_{i}",
+                                          daemon=True) for i in range(n)]
+        for thread in self._threads:
+            thread.start()
+
+    def _work(self):
+        while True:
+            future, fn, args = self._queue.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as error:          # handed to the caller's result()
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+            del future, fn, args
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+        future = Future()
+        self._queue.put((future, fn, args))
+        return future
 
 
 def _the_pool():
     """The threads that run slices and parties besides the caller's own."""
     if not _pool:
-        from concurrent.futures import ThreadPoolExecutor
-        _pool.append(ThreadPoolExecutor(max_workers=MAX_THREADS,
-                                        thread_name_prefix="fastbptt"))
+        with _pool_lock:
+            if not _pool:
+                _pool.append(_Pool(MAX_THREADS))
     return _pool[0]
 
 
@@ -221,9 +270,11 @@ def _after_fork_in_child():
     """A process forked from this one has none of its threads: not the pool's (a slice
     queued to them would wait forever), nor those inside `one_blas_thread` (whose count
     before is restored here) or holding a lock."""
-    global _parties_lock
+    global _parties_lock, _default_lock, _pool_lock
     _pool.clear()
+    _pool_lock = threading.Lock()
     _parties_lock = threading.Lock()
+    _default_lock = threading.Lock()
     if _inside[0] and _local and _local[0] is not None:
         _local[0](_inside[1])
     _inside[:] = [0, None, threading.Lock()]

@@ -270,3 +270,66 @@ def test_without_a_per_thread_blas_count_batches_are_not_cut(monkeypatch):
         assert _stack._narrow(problem) is False and problem.slices == (0, 32)
     finally:
         fastbptt.set_num_threads(1)
+
+
+FIRST_CALLS = """
+import sys, threading
+from concurrent.futures import ThreadPoolExecutor
+import numpy as np, fastbptt
+p = fastbptt.init_params(5, 8, 5, dtype=np.float64, seed=0)
+x = np.zeros((2, 3), int)
+n = 4
+start = threading.Barrier(n)
+def first_call(i):
+    start.wait()
+    return fastbptt.grad(x, x, p)
+with ThreadPoolExecutor(n) as pool:
+    list(pool.map(first_call, range(n)))
+print(fastbptt.get_num_threads())
+"""
+
+
+@pytest.mark.parametrize("setting", [None, "1", "2"])
+def test_first_calls_of_several_threads_at_once_run(setting):
+    """The first calls of a process, from several threads at once, all run: none reads
+    the thread count before the first of them has found it (with OPENBLAS_NUM_THREADS
+    set, they raised TypeError: '>' between None and int)."""
+    if setting == "2" and (os.cpu_count() or 1) < 2:
+        pytest.skip("needs 2 CPUs")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS",
+                                                           "OMP_NUM_THREADS")}
+    if setting is not None:
+        env["OPENBLAS_NUM_THREADS"] = setting
+    for _ in range(3):              # a race: a few processes
+        out = subprocess.run([sys.executable, "-c", FIRST_CALLS], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == [setting or "1"]
+
+
+AFTER_MAIN = """
+import threading, sys
+import numpy as np, fastbptt
+fastbptt.set_num_threads(2)
+p = fastbptt.init_params(7, 32, 7, seed=0)
+x = np.random.default_rng(0).integers(0, 7, (16, 20))
+want = fastbptt.grad(x, x, p)                 # in slices, on the pool's threads
+def work():
+    for _ in range(200):
+        got = fastbptt.grad(x, x, p)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want) if a is not None)
+    print("done", flush=True)
+threading.Thread(target=work).start()         # not a daemon: Python waits for it
+"""
+
+
+def test_calls_in_slices_run_in_threads_that_outlive_the_main_thread():
+    """Python waits at exit for the threads that are not daemons, but shuts
+    concurrent.futures' pools down first: calls in slices from such a thread, after the
+    main thread returned, raised RuntimeError ('cannot schedule new futures after
+    shutdown')."""
+    if not can_slice() or MAX_THREADS < 2:
+        pytest.skip("needs 2 CPUs and a per-thread BLAS count")
+    out = subprocess.run([sys.executable, "-c", AFTER_MAIN], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split() == ["done"], out.stderr
