@@ -104,11 +104,23 @@ def _read_back(cfg, weights, dx):
             if i % per == 1 or i % per == 0 and (dx or i >= first)]
 
 
-def _saved_tensors_hooked():
-    """Whether saved-tensors hooks are active (they may save a copy of a saved tensor);
-    True where this PyTorch cannot say (the function is private)."""
+# PyTorch's own saved-tensors hooks that hand the holder back as it was saved: the
+# checkpoint's, which recompute the forward pass (and with it a holder carrying ``back``),
+# and ``save_on_cpu``'s, which keep a CPU tensor as it is
+_HOLDER_KEEPING_HOOKS = ("torch.utils.checkpoint", "torch.autograd.graph")
+
+
+def _hooks_may_copy():
+    """Whether saved-tensors hooks of the caller's own are active, which may pack a copy
+    of the holder (compressed, or pickled to disk) without ``back``. False where this
+    PyTorch cannot say (the function that tells is private)."""
     top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-    return True if top is None else top(False) is not None
+    try:
+        hooks = None if top is None else top(False)
+    except (TypeError, RuntimeError):
+        return False
+    return hooks is not None and getattr(hooks[0], "__module__", None) not in \
+        _HOLDER_KEEPING_HOOKS
 
 
 class _Layers(torch.autograd.Function):
@@ -122,13 +134,13 @@ class _Layers(torch.autograd.Function):
         # ``back`` (the forward pass's states) rides on an empty tensor saved with the
         # weights: autograd frees saved tensors after the backward pass unless told to
         # retain the graph, and ``back`` goes with it, as a native module's states do
-        # (kept on ctx, it lived as long as the graph: the loss tensor, say). Under
-        # saved-tensors hooks (torch.autograd.graph.saved_tensors_hooks) the holder may be
-        # packed into a copy, or pickled to disk, without it: ``back`` stays on ctx then.
+        # (kept on ctx, it lived as long as the graph: the loss tensor, say). Under the
+        # caller's saved-tensors hooks (torch.autograd.graph.saved_tensors_hooks) the
+        # holder may be packed into a copy, or pickled to disk, without it: ``back`` is
+        # kept on ctx as well then.
         holder = torch.empty(0)
-        ctx.fastbptt_back = back if _saved_tensors_hooked() else None
-        if ctx.fastbptt_back is None:
-            holder.fastbptt_back = back
+        holder.fastbptt_back = back
+        ctx.fastbptt_back = back if _hooks_may_copy() else None
         ctx.save_for_backward(holder, *_read_back(cfg, weights, ctx.needs_input_grad[1]))
         ctx.set_materialize_grads(False)
         return _outputs(cfg, out)
@@ -142,6 +154,11 @@ class _Layers(torch.autograd.Function):
                 "torch.nn.RNN/GRU/LSTM for that")
         holder = ctx.saved_tensors[0]       # raises if a weight changed since forward
         back = getattr(holder, "fastbptt_back", None) or ctx.fastbptt_back
+        if back is None:
+            raise RuntimeError(
+                "fastbptt.torch lost the layer's forward state: a saved-tensors hook packed "
+                "a copy of what autograd saved, and this PyTorch does not let fastbptt see "
+                "such hooks; run the layer outside them")
         cfg = ctx.cfg
         dh = np.zeros(*ctx.like) if dh is None else dh.numpy()
         r = back(dh, _numpy(dh_n), _numpy(dc_n))

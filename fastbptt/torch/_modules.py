@@ -78,13 +78,22 @@ def _autocast(module, input, hx):
 
 
 def _untraced_forward():
-    """`_Bridge._forward` behind ``torch.compiler.disable``, made only while Dynamo
-    traces: that imports Dynamo, a second that a program which does not compile need not
-    spend. Dynamo cannot trace into Numba, and the frames it resumes after such a break
-    read ``.grad`` of the non-leaf tensors they hold, a warning. Made on each trace, not
-    kept: one kept from an earlier trace (across ``torch._dynamo.reset()``, or a failed
+    """`_Bridge._forward` behind ``torch.compiler.disable``, made only under
+    ``torch.compile`` (where the call is a graph break, so made on each compiled call):
+    that imports Dynamo, a second that a program which does not compile need not spend.
+    Dynamo cannot trace into Numba, and the frames it resumes after such a break read
+    ``.grad`` of the non-leaf tensors they hold, a warning. Not kept from call to call:
+    one kept from an earlier trace (across ``torch._dynamo.reset()``, or a failed
     ``torch.export``) no longer stopped Dynamo from tracing into fastbptt."""
     return torch.compiler.disable(_Bridge._forward)
+
+
+def _exporting():
+    """Whether torch.export is tracing (asked here, where Dynamo does not trace: some
+    PyTorch versions' Dynamo took ``is_exporting()`` for True under torch.compile too);
+    False for a PyTorch without the function."""
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    return is_exporting is not None and is_exporting()
 
 
 def _check_ids(module, ids, where="input"):
@@ -176,11 +185,6 @@ class _Bridge:
     def forward(self, input, hx=None):
         """PyTorch's ``forward``; see ``torch.nn.RNN``, ``GRU``, ``LSTM``. Under
         ``torch.compile`` it runs whole between the graphs compiled."""
-        if torch.compiler.is_exporting():
-            name = type(self).__name__
-            raise TypeError(f"fastbptt.torch.{name} cannot be exported by torch.export: its "
-                            "forward calls Numba kernels through NumPy, which an exported "
-                            f"graph cannot hold. Use torch.nn.{name} to export")
         if torch.compiler.is_compiling():
             return _untraced_forward()(self, input, hx)
         return self._forward(input, hx)
@@ -193,6 +197,11 @@ class _Bridge:
                             "forward calls Numba kernels through NumPy, which a trace would "
                             "record as constants. Call the module as it is, or through "
                             f"torch.compile; torch.nn.{name} traces")
+        if _exporting():
+            name = type(self).__name__
+            raise TypeError(f"fastbptt.torch.{name} cannot be exported by torch.export: its "
+                            "forward calls Numba kernels through NumPy, which an exported "
+                            f"graph cannot hold. Use torch.nn.{name} to export")
         self._update_flat_weights()
         _check_truncation(self)
         lstm = self._cell == "lstm"
