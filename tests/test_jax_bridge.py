@@ -585,6 +585,11 @@ def test_host_values_are_checked_under_jit_too():
         jax.jit(lambda p, x, n: fj.rnn(p, x, lengths=n)[0], static_argnums=2)(p, x, (4, 1))
     with pytest.raises(ValueError, match=r"lengths must lie in \[0, T=3\]"):     # time-major
         jax.jit(lambda x: fj.rnn(p, x, lengths=[4, 1], time_major=True)[0])(x.swapaxes(0, 1))
+    with pytest.raises(ValueError, match=r"x token ids must lie in \[0, 4\) .*; got "
+                                         r"4294967297, which JAX holds as another id"):
+        jax.jit(lambda p, n: fj.rnn(p, np.array([[2**32 + 1, 0, 3]]), lengths=n)[0])(
+            p, jnp.array([3]))                                   # lengths traced
+    jax.jit(lambda p, n: fj.rnn(p, np.array([[1, 0, 3]]), lengths=n)[0])(p, jnp.array([3]))
     h = jax.jit(lambda p, x: fj.rnn(p, x, lengths=np.array([2, 1]))[0])(p, x)  # in range
     assert h.shape == (2, 3, H) and float(jnp.abs(h[1, 1:]).max()) == 0
 
@@ -597,6 +602,6 @@ def test_options_traced_by_jit_say_to_make_them_static():
     x = jnp.asarray(rng.normal(size=(B, T, L)))
     for name, value in (("reverse", True), ("time_major", False), ("truncate", 3),
                         ("stride", 1)):
-        with pytest.raises(TypeError, match=rf"^{name} is traced .* static_argnames=\('{name}',\)"):
+        with pytest.raises(TypeError, match=rf"^{name} is a traced value .* static_argnames=\('{name}',\)"):
             jax.jit(fj.lstm)(p, x, **{name: value})
         jax.jit(fj.lstm, static_argnames=(name,))(p, x, **{name: value})     # static: runs

@@ -323,10 +323,10 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     for name, value in (("reverse", reverse), ("time_major", time_major),
                         ("truncate", truncate), ("stride", stride)):
         if isinstance(value, jax.core.Tracer):
-            raise TypeError(f"{name} is traced (jax.jit made the argument an array), and it "
-                            f"sets the shape of the computation: pass it as a static "
-                            f"argument, jax.jit(f, static_argnames=({name!r},)), or close "
-                            f"over it; got {value!r}")
+            raise TypeError(f"{name} is a traced value (jax.jit, say, made the argument an "
+                            f"array), and it sets the shape of the computation: pass it as a "
+                            f"static argument, jax.jit(f, static_argnames=({name!r},)), or "
+                            f"close over it; got {value!r}")
     if not isinstance(reverse, (bool, np.bool_)):
         raise TypeError(f"reverse must be True or False; got {reverse!r}")
     if not isinstance(time_major, (bool, np.bool_)):
@@ -384,7 +384,19 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
             _check_lengths(host_lengths, 1 if single else seqs[0],
                            lead[0] if time_major or single else lead[1], single,
                            x.shape)
+    elif host_x is not None and ids:        # lengths traced: the ids' steps are not known,
+        _refuse_narrowed(host_x, x.dtype, L)    # but no id may become another one
     return opts, leaves, x, h0, c0, lengths
+
+
+def _refuse_narrowed(ids, dtype, L):
+    """ValueError for a host token id that JAX's array of ``dtype`` holds as another value
+    (int64 ids wrapped into int32 without x64), which no step's check could then see."""
+    changed = np.asarray(ids).astype(dtype) != ids
+    if changed.any():
+        raise ValueError(f"x token ids must lie in [0, {L}) (L from params U); got "
+                         f"{np.asarray(ids)[changed].flat[0]}, which JAX holds as another "
+                         f"id in {np.dtype(dtype)} (without x64)")
 
 
 # ---- the public functions ---------------------------------------------------------------
