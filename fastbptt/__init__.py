@@ -31,6 +31,10 @@ class JitDisabledError(ImportError):
     """Numba's JIT is switched off, and fastbptt's kernels cannot run as Python."""
 
 
+class CacheUnavailableWarning(RuntimeWarning):
+    """Numba can write its cache nowhere: kernels compile on every new process."""
+
+
 def _jit_disabled_by_environment():
     """NUMBA_DISABLE_JIT as Numba reads it (an integer; anything else is ignored)."""
     try:
@@ -75,7 +79,6 @@ _WHERE = {
     "SGD": "optim", "Adagrad": "optim", "Adam": "optim",
     "sample": "sampling",
     "Codec": "text", "StreamBatcher": "text",
-    "CacheUnavailableWarning": "_kernels._jit",
 }
 _SUBMODULES = ("api", "checkpoint", "clip", "corpus", "gradcheck", "interchange", "layer",
                "optim", "params", "reference", "sampling", "text", "train")
@@ -110,7 +113,6 @@ def __dir__():
 if TYPE_CHECKING:
     from . import api, checkpoint, clip, gradcheck, interchange, layer, optim, params
     from . import corpus, reference, sampling, text, train
-    from ._kernels._jit import CacheUnavailableWarning
     from ._results import BPTTResult, ForwardResult
     from ._threads import get_num_threads, set_num_threads
     from ._workspace import clear_workspace

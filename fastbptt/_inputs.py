@@ -11,6 +11,7 @@ values there are neither range- nor NaN-checked.
 """
 from __future__ import annotations
 
+import numbers
 import operator
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -156,13 +157,12 @@ def _array(name, value, what="integers or floats"):
 
 
 def _beyond_64_bits(arr):
-    """The largest-magnitude entry of an object array that holds Python ints alone and
-    one beyond int64 and uint64 (as NumPy makes a list holding one), else None."""
+    """An entry beyond int64 and uint64 of an object array that holds integers alone (as
+    NumPy makes a list holding one), else None."""
     if arr.dtype != object or not arr.size or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in arr.flat):
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in arr.flat):
         return None
-    big = max(arr.flat, key=abs)
-    return big if not -2**63 <= big < 2**64 else None
+    return next((v for v in arr.flat if not -2**63 <= v < 2**64), None)
 
 
 def _in_dtype(name, arr, dtype, check_finite, shape=None, mask=None):

@@ -251,9 +251,12 @@ def test_python_ints_beyond_64_bits_are_named_as_such():
     params = fastbptt.init_params(5, 4, 3, dtype=np.float64, seed=0)
     for x, y, lengths, name in (([[0, 2**64]], [[0, 1]], None, "x"),
                                 ([[0, 1]], [[0, -2**70]], None, "y"),
-                                ([[0, 1]], [[0, 1]], [2**64], "lengths")):
+                                ([[0, 1]], [[0, 1]], [np.int64(1), 2**64], "lengths"),
+                                ([[0, 2**64 - 1, -2**63 - 1]], [[0, 1, 1]], None, "x")):
         with pytest.raises(ValueError, match=rf"^{name} holds an integer beyond 64 bits "
-                                             rf"\((18446744073709551616|-1180591620717411303424)\)"):
+                                             r"\((18446744073709551616|"
+                                             r"-1180591620717411303424|"
+                                             r"-9223372036854775809)\)"):
             fastbptt.loss(x, y, params, lengths=lengths)
     with pytest.raises(TypeError, match=r"lengths must hold integers; got dtype float64; "
                                         r"cast with \.astype\(int\)$"):

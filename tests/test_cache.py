@@ -87,12 +87,8 @@ def test_a_cache_built_at_another_numba_opt_is_compiled_again(tmp_path):
 
 
 def test_the_warning_is_public_to_filter_it():
-    import warnings
-
     import fastbptt
     from fastbptt._kernels import _jit
 
     assert fastbptt.CacheUnavailableWarning is _jit.CacheUnavailableWarning
     assert issubclass(fastbptt.CacheUnavailableWarning, RuntimeWarning)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=fastbptt.CacheUnavailableWarning)

@@ -29,6 +29,8 @@ from numba import njit
 from numba.core import caching, config
 from numba.core.compiler import Compiler
 
+from .. import CacheUnavailableWarning
+
 CACHE = os.environ.get("FASTBPTT_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
 _FOLDER = os.path.dirname(os.path.abspath(__file__))
 
@@ -81,10 +83,6 @@ if not any(issubclass(c, _Stamped) for c in caching.CacheImpl._locator_classes):
     caching.CacheImpl._locator_classes[:0] = _LOCATORS
 FASTMATH = frozenset({"contract", "nsz"})
 _warned = []
-
-
-class CacheUnavailableWarning(RuntimeWarning):
-    """Numba can write its cache nowhere: kernels compile on every new process."""
 
 
 def _without_cache(func, options, error):
