@@ -60,9 +60,7 @@ def _host(value):
 
 def _concrete(value):
     """``value`` as a host array where its values are known (not a tracer), else None."""
-    if value is None or isinstance(value, jax.core.Tracer):
-        return None
-    return np.asarray(value)
+    return None if isinstance(value, jax.core.Tracer) else _host(value)
 
 
 def _given(value):
@@ -374,28 +372,26 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     # params' values are not read.
     host_x = given_x if given_x is not None else _concrete(x)
     host_lengths = given_lengths if given_lengths is not None else _concrete(lengths)
-    if lengths is None or host_lengths is not None:
-        if host_x is not None:
-            prepare_layer(host_x, empty, cell=cell, activation=activation,
-                          lengths=host_lengths, reverse=reverse, check_finite=False,
-                          time_major=time_major)
-        elif lengths is not None:           # x traced: its shape is enough for lengths
-            single = len(seqs) == 0
-            _check_lengths(host_lengths, 1 if single else seqs[0],
-                           lead[0] if time_major or single else lead[1], single,
-                           x.shape)
-    elif host_x is not None and ids:        # lengths traced: the ids' steps are not known,
-        _refuse_narrowed(host_x, x.dtype, L)    # but no id may become another one
+    if lengths is not None and host_lengths is None:    # traced: the ids' steps unknown,
+        if host_x is not None and ids:                  # but no id may become another one
+            _refuse_narrowed(host_x, x.dtype, L)
+    elif host_x is not None:
+        prepare_layer(host_x, empty, cell=cell, activation=activation, lengths=host_lengths,
+                      reverse=reverse, check_finite=False, time_major=time_major)
+    elif lengths is not None:               # x traced: its shape is enough for lengths
+        single = len(seqs) == 0
+        _check_lengths(host_lengths, 1 if single else seqs[0],
+                       lead[0] if time_major or single else lead[1], single, x.shape)
     return opts, leaves, x, h0, c0, lengths
 
 
 def _refuse_narrowed(ids, dtype, L):
     """ValueError for a host token id that JAX's array of ``dtype`` holds as another value
     (int64 ids wrapped into int32 without x64), which no step's check could then see."""
-    changed = np.asarray(ids).astype(dtype) != ids
+    changed = ids.astype(dtype) != ids
     if changed.any():
         raise ValueError(f"x token ids must lie in [0, {L}) (L from params U); got "
-                         f"{np.asarray(ids)[changed].flat[0]}, which JAX holds as another "
+                         f"{ids[changed].flat[0]}, which JAX holds as another "
                          f"id in {np.dtype(dtype)} (without x64)")
 
 
