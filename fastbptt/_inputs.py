@@ -143,7 +143,14 @@ def _array(name, value, what="integers or floats"):
     except (ValueError, TypeError, RuntimeError) as exc:
         raise ValueError(f"{name} could not be read as an array: {exc}") from None
     if arr.dtype.kind not in "biuf":
-        big = _beyond_64_bits(arr) if "integer" in what else None
+        big, floats = _beyond_64_bits(arr)
+        if big is not None and "float" in what and (floats or "integer" not in what):
+            try:
+                fix = f"write it as a float ({float(big)!r})"
+            except OverflowError:
+                fix = "it is beyond float64's range too"
+            raise ValueError(f"{name} holds an integer beyond 64 bits ({shown(big)}), which "
+                             f"NumPy keeps as a Python object; {fix}")
         if big is not None:
             raise ValueError(f"{name} holds an integer beyond 64 bits ({shown(big)}), which no "
                              f"id or length can be")
@@ -157,12 +164,16 @@ def _array(name, value, what="integers or floats"):
 
 
 def _beyond_64_bits(arr):
-    """An entry beyond int64 and uint64 of an object array that holds integers alone (as
-    NumPy makes a list holding one), else None."""
+    """``(big, floats)``: an integer beyond int64 and uint64 of an object array that holds
+    real numbers alone (as NumPy makes a list holding one), else None; and whether the
+    array holds floats beside integers."""
     if arr.dtype != object or not arr.size or not all(
-            isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in arr.flat):
-        return None
-    return next((v for v in arr.flat if not -2**63 <= v < 2**64), None)
+            isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+            for v in arr.flat):
+        return None, False
+    big = next((v for v in arr.flat
+                if isinstance(v, numbers.Integral) and not -2**63 <= v < 2**64), None)
+    return big, any(not isinstance(v, numbers.Integral) for v in arr.flat)
 
 
 def _in_dtype(name, arr, dtype, check_finite, shape=None, mask=None):

@@ -6,6 +6,7 @@ the params. Read-only inputs also compile no second set of kernels.
 """
 import importlib
 import pkgutil
+import re
 
 import numpy as np
 import pytest
@@ -261,5 +262,14 @@ def test_python_ints_beyond_64_bits_are_named_as_such():
     with pytest.raises(TypeError, match=r"lengths must hold integers; got dtype float64; "
                                         r"cast with \.astype\(int\)$"):
         fastbptt.loss([[0, 1]], [[0, 1]], params, lengths=[2.0])
+    for x, h0, name, big in (([[0, 1]], [[2**64, 0, 0, 0]], "h0", 2**64),
+                             ([[[0.5, 0, 0, 0, 0], [0, 0, 2**70, 0, 0]]], None, "x", 2**70)):
+        with pytest.raises(ValueError, match=rf"^{name} holds an integer beyond 64 bits "
+                                             rf"\({big}\), which NumPy keeps as a Python "
+                                             rf"object; write it as a float "
+                                             rf"\({re.escape(repr(float(big)))}\)$"):
+            fastbptt.loss(x, [[0, 1]], params, h0=h0)
+    with pytest.raises(ValueError, match=r"^h0 holds .* beyond float64's range too$"):
+        fastbptt.loss([[0, 1]], [[0, 1]], params, h0=[[2**1100, 0, 0, 0]])
     with pytest.raises(TypeError, match=r"^h0 must hold floats; got dtype object"):
-        fastbptt.loss([[0, 1]], [[0, 1]], params, h0=[[2**64, 0, 0, 0]])
+        fastbptt.loss([[0, 1]], [[0, 1]], params, h0=[[None, 0, 0, 0]])
