@@ -109,13 +109,22 @@ def _keys(state):
     D = 2 if any(m.group(3) for m in matches) else 1
     bias = any(m.group(1).startswith("bias") for m in matches)
     names = ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if bias else ())
-    want = {f"{n}_l{l}{s}" for l in range(num_layers) for s in _SUFFIXES[:D] for n in names}
-    missing = sorted(want - set(state), key=lambda k: (int(_KEY.fullmatch(k).group(2)), k))
-    if missing:
-        raise ValueError(f"the RNN state dict is missing {', '.join(missing)} (it has "
-                         f"{num_layers} layer(s), {D} direction(s), "
+    total = num_layers * D * len(names) - len(state)    # every key of state is one of them
+    if total:
+        missing = []        # the first few, layer by layer: a mistyped layer number in a key
+        for l in range(num_layers):         # makes num_layers as large as it says
+            missing += sorted(k for k in (f"{n}_l{l}{s}" for s in _SUFFIXES[:D] for n in names)
+                              if k not in state)
+            if len(missing) >= _SHOWN:
+                break
+        more = f" and {total - _SHOWN} more" if total > _SHOWN else ""
+        raise ValueError(f"the RNN state dict is missing {', '.join(missing[:_SHOWN])}{more} "
+                         f"(it has {num_layers} layer(s), {D} direction(s), "
                          f"{'with' if bias else 'without'} biases)")
     return num_layers, D, bias
+
+
+_SHOWN = 8          # missing keys named in the message
 
 
 _HEAD_TOO = ", and a head Linear's as head_state_dict"

@@ -181,6 +181,18 @@ def test_bad_state_dicts(change, message):
         fastbptt.from_torch(sd)
 
 
+def test_a_mistyped_layer_number_is_reported_not_enumerated():
+    """A key of layer 9999999999 makes the dict one of 10^10 layers, all but three of them
+    missing: the message names the first few without building every expected key."""
+    sd = _state("lstm", 2, 2)
+    sd["weight_hh_l9999999999"] = sd["weight_hh_l0"]
+    with pytest.raises(ValueError, match=r"^the RNN state dict is missing bias_hh_l2, "
+                                         r"bias_hh_l2_reverse, .*, weight_ih_l2_reverse and "
+                                         r"79999999975 more \(it has 10000000000 layer\(s\), "
+                                         r"2 direction\(s\), with biases\)$"):
+        fastbptt.from_torch(sd)
+
+
 def test_bad_heads_and_kinds():
     sd = _state()
     with pytest.raises(ValueError, match="nn.Linear's"):
