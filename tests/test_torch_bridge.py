@@ -358,6 +358,11 @@ def test_refusals():
         ft.RNN(2, 3, dtype=torch.float16)(torch.randn(4, 1, 2, dtype=torch.float16))
     with pytest.raises(ValueError, match="runs on the CPU"):
         ft.RNN(2, 3, device="meta")(torch.randn(4, 1, 2, device="meta"))
+    for module, grad in itertools.product((ft.RNN, ft.GRU, ft.LSTM), (False, True)):
+        with torch.set_grad_enabled(grad), pytest.raises(
+                ValueError, match=rf"^fastbptt.torch.{module.__name__} runs on the CPU; got "
+                                  r"weight_ih_l0 on meta: move the module"):
+            module(2, 3, device="meta")(torch.randn(4, 1, 2))
     with pytest.raises(ValueError, match="reverse direction"):
         ft.RNN(2, 3, bidirectional=True, truncate=4)
     with pytest.raises(ValueError, match="stride=truncate"):

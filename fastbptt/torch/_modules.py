@@ -40,9 +40,10 @@ def _check_truncation(module):
 def _check_tensors(module, tensors):
     """CPU tensors of float32 or float64, hx of the weights' dtype."""
     name = type(module).__name__
-    for t in tensors:
+    weights = zip(module._flat_weights_names, module._flat_weights)
+    for what, t in [("a tensor", t) for t in tensors] + [(f"{n}", w) for n, w in weights]:
         if not t.is_cpu:
-            raise ValueError(f"fastbptt.torch.{name} runs on the CPU; got a tensor on "
+            raise ValueError(f"fastbptt.torch.{name} runs on the CPU; got {what} on "
                              f"{t.device}: move the module and tensors with .cpu(), or use "
                              f"torch.nn.{name} on that device")
     dtype = module._flat_weights[0].dtype
