@@ -296,6 +296,29 @@ def test_refusals_while_tracing():
         fj.rnn([p, p], x)
 
 
+@pytest.mark.parametrize("cell", GATES)
+def test_unreadable_arguments_are_named(cell):
+    """What JAX cannot read as an array (a string, an object array, a None among numbers,
+    a ragged list) is named, as by the NumPy API, not left to jnp.asarray's message."""
+    p = draw(cell, np.random.default_rng(7))
+    x = jnp.zeros((B, T, L))
+    objects = np.array([object()] * B)
+    for kwargs, name, got in [
+            (dict(x="abc"), "x", "str"), (dict(x=np.array(["a"], object)), "x", "dtype object"),
+            (dict(x=[[1, 2], [3]]), "x", "list"),
+            (dict(h0="a"), "h0", "str"), (dict(h0=objects), "h0", "dtype object"),
+            (dict(c0=objects), "c0", "dtype object"),
+            (dict(lengths="ab"), "lengths", "str"), (dict(lengths=[None, 1, 2]), "lengths",
+                                                     "list")]:
+        if name == "c0" and cell != "lstm":
+            continue
+        kwargs = dict(dict(x=x), **kwargs)
+        what = {"x": "token ids or dense floats", "h0": "an array of floats",
+                "c0": "an array of floats", "lengths": "an array of integers"}[name]
+        with pytest.raises(TypeError, match=rf"^{name} must be {what}; got {got}$"):
+            layer_fn(cell)(p, kwargs.pop("x"), **kwargs)
+
+
 def zeros(*shape):
     return np.zeros(shape)          # made JAX arrays in the tests, under their x64 setting
 

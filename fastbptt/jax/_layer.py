@@ -68,7 +68,10 @@ def _given(value):
     else: a JAX array, a tracer, floats, None."""
     if value is None or isinstance(value, (jax.Array, jax.core.Tracer)):
         return None
-    host = np.asarray(value)
+    try:
+        host = np.asarray(value)
+    except (TypeError, ValueError):         # ragged lists, say: JAX's reading names them
+        return None
     return host if np.issubdtype(host.dtype, np.integer) else None
 
 
@@ -299,10 +302,22 @@ def _names(entries, leaves):
     return tuple(names)
 
 
+def _jnp(name, value, what):
+    """``jnp.asarray(value)``; where JAX cannot read it as an array (strings, objects, a
+    None among numbers), a TypeError naming the argument."""
+    got = f"dtype {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
+    if isinstance(value, (str, bytes)):     # which JAX may read as a dtype's name
+        raise TypeError(f"{name} must be {what}; got {got}")
+    try:
+        return jnp.asarray(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be {what}; got {got}") from None
+
+
 def _state_check(name, value, want, dtype):
     if value is None:
         return None
-    value = jnp.asarray(value)
+    value = _jnp(name, value, "an array of floats")
     if value.shape != want or value.dtype != dtype:
         raise ValueError(f"{name} must have shape {want} and dtype {dtype}, those of h_final; "
                          f"got {value.shape} {value.dtype}")
@@ -336,7 +351,7 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     for name, value in (("x", x), ("h0", h0), ("c0", c0), ("lengths", lengths)):
         _refuse_masked(name, value)        # np.asarray and jnp.asarray drop the mask
     given_x, given_lengths = _given(x), _given(lengths)
-    x = jnp.asarray(x if given_x is None else given_x)
+    x = _jnp("x", x if given_x is None else given_x, "token ids or dense floats")
     ids = bool(jnp.issubdtype(x.dtype, jnp.integer))
     batch = "(T, B" if time_major else "(B, T"
     if ids and x.ndim not in (1, 2):
@@ -354,7 +369,8 @@ def _check(cell, params, x, h0, c0, lengths, *, activation, reverse, truncate, s
     h0 = _state_check("h0", h0, final.shape, dtype)
     c0 = _state_check("c0", c0, final.shape, dtype)
     if lengths is not None:
-        lengths = jnp.asarray(lengths if given_lengths is None else given_lengths)
+        lengths = _jnp("lengths", lengths if given_lengths is None else given_lengths,
+                       "an array of integers")
         if lengths.size == 0:               # [] for no sequences: no values, any dtype
             lengths = lengths.astype(jnp.int32)
         if seqs == () and lengths.shape == (1,):      # [T] for one sequence, as fastbptt.layer
