@@ -279,6 +279,11 @@ def read_structure(params, name="params"):
         keys = list(params)                       # the caller's order
         value = Params(*(params.get(k) for k in NAMES))
         return value, lambda g: {k: getattr(g, k) for k in keys}
+    if isinstance(params, Layer):
+        raise ValueError(
+            f"{name} is a fastbptt.Layer, one recurrent layer without an output layer (V, "
+            f"c): pass fastbptt.Model(((layer,),), V, c), or use fastbptt.layer.vjp for a "
+            f"loss of your own")
     if isinstance(params, (tuple, list)):
         kind = type(params) if type(params) in (tuple, list) else tuple
         if len(params) in (3, 5):

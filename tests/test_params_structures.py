@@ -276,3 +276,18 @@ def test_a_models_properties_read_every_layer_form():
         assert (model.cell, model.num_layers, model.directions) == ("gru", 2, 2)
     with pytest.raises(ValueError, match="the model has no layers"):
         fastbptt.Model(layers=()).cell
+
+
+def test_a_layer_given_for_a_model_says_what_to_pass():
+    """A `Layer` is a tuple of four: not read as (U, W, V, b), and not refused as a
+    sequence of the wrong length, but named, with the model it belongs in."""
+    p = fastbptt.init_params(5, 4, 5, dtype=np.float64, seed=0)
+    layer = fastbptt.Layer(p.U, p.W, p.b)
+    for call in (lambda q: fastbptt.grad([[1, 2]], [[1, 2]], q),
+                 lambda q: fastbptt.forward([[1, 2]], q)):
+        with pytest.raises(ValueError, match=r"^params is a fastbptt\.Layer, one recurrent "
+                                             r"layer without an output layer \(V, c\): pass "
+                                             r"fastbptt\.Model\(\(\(layer,\),\), V, c\)"):
+            call(layer)
+    model = fastbptt.Model(((layer,),), p.V, p.c)
+    assert fastbptt.loss([[1, 2]], [[1, 2]], model) == fastbptt.loss([[1, 2]], [[1, 2]], p)
