@@ -125,13 +125,14 @@ class Optimizer:
     def step(self, params, grads):
         """Update every array of ``params`` in place from ``grads`` (same structure or any)."""
         pairs = list(_pairs(params, grads))     # every check passes before anything changes
-        for name, p, _ in pairs:
-            for key, buffer in self.state.get(name, {}).items():
-                if buffer.shape != p.shape:
-                    raise ValueError(
-                        f"the optimizer's {key}.{name} is {buffer.shape} but params {name!r} "
-                        f"is {p.shape}: its state is another model's (give these params a "
-                        f"new optimizer, or load_state_dict the state saved with them)")
+        problem = self._foreign([name for name, _, _ in pairs]) or next(
+            (f"the optimizer's {key}.{name} is {buffer.shape} but params {name!r} is {p.shape}"
+             for name, p, _ in pairs for key, buffer in self.state.get(name, {}).items()
+             if buffer.shape != p.shape), None)
+        if problem:
+            raise ValueError(f"{problem}: its state is another model's (give these params a "
+                             f"new optimizer, or load_state_dict the state saved with them)")
+        for _, p, _ in pairs:
             self._check_dtype(p.dtype)
         self.t += 1
         with np.errstate(under="ignore"):      # tiny gradients' squares round to 0, rightly
@@ -207,13 +208,27 @@ class Optimizer:
     def check_complete(self, names):
         """ValueError unless, after t > 0 steps, each parameter in ``names`` has every
         buffer the updates keep (a state that lost some would restart them at zero)."""
+        problem = self._missing(names)
+        if problem:
+            raise ValueError(problem)
+
+    def _missing(self, names):
+        """What `check_complete` refuses, or None."""
         if not self.t:
-            return
-        for name in names:
-            for key in self._kept():
-                if key not in self.state.get(name, {}):
-                    raise ValueError(f"the optimizer's {key}.{name} is missing, which "
-                                     f"{self.t} steps of {self.kind} have made")
+            return None
+        return next((f"the optimizer's {key}.{name} is missing, which {self.t} steps of "
+                     f"{self.kind} have made" for name in names for key in self._kept()
+                     if key not in self.state.get(name, {})), None)
+
+    def _foreign(self, names):
+        """Why the state is not that of the parameters ``names`` (a buffer of another
+        name, or one missing after t > 0 steps), or None."""
+        wanted = set(names)
+        extra = next((f"{key}.{name}" for name, slot in self.state.items() if name not in wanted
+                      for key in slot), None)
+        if extra:
+            return f"the optimizer has {extra}, which these params do not have"
+        return self._missing(names)
 
     def _kept(self):
         return self._buffers

@@ -4,6 +4,7 @@ import pytest
 
 import fastbptt
 from fastbptt.optim import SGD, Adagrad, Adam, make_optimizer
+from fastbptt.params import leaves
 
 P0 = {"U": [[1.0, -2.0]], "W": [[0.5]], "V": [[2.0], [-1.0]], "b": [0.0], "c": [1.0, 3.0]}
 G1 = {"U": [[0.5, 1.0]], "W": [[-2.0]], "V": [[0.0], [4.0]], "b": [1.0], "c": [-0.5, 0.25]}
@@ -229,6 +230,34 @@ def test_a_state_of_other_shapes_is_refused_before_anything_changes(kind, opts):
                                              r"'U' is \(64, 5\): its state is another model's"):
             other.step(big, fastbptt.init_params(5, 64, 5, seed=1))
         assert other.t == 1 and all(np.array_equal(a, b) for a, b in zip(big, before))
+
+
+@pytest.mark.parametrize("kind,opts", [("adam", {}), ("adagrad", {}),
+                                       ("sgd", {"momentum": 0.9})])
+def test_a_state_of_other_names_is_refused_before_anything_changes(kind, opts):
+    """A state kept for a 1-layer model, then a step of a 2-layer one of the same sizes:
+    layer 1 would start its buffers at zero under t steps' bias correction (Adam moved
+    it 2.5 lr instead of lr); and a stack's state stepped with one layer's Params."""
+    one = fastbptt.init_params(5, 4, 5, cell="gru", seed=0)
+    two = fastbptt.init_params(5, 4, 5, cell="gru", num_layers=2, seed=0)
+    elman = fastbptt.init_params(5, 4, 5, seed=0)
+    for first, then, problem in (
+            (one, two, r"the optimizer's \w+\.layers\.1\.0\.U is missing, which 1 steps"),
+            (two, one, r"the optimizer has \w+\.layers\.1\.0\.U, which these params do "
+                       r"not have"),
+            (one, elman, r"the optimizer has \w+\.layers\.0\.0\.U, which these params do "
+                         r"not have")):
+        opt = make_optimizer(kind, 1e-3, **opts)
+        opt.step(first, first)
+        for other in (opt, make_optimizer(kind, 1e-3, **opts)):
+            if other is not opt:
+                other.load_state_dict(opt.state_dict())
+            before = [a.copy() for a in leaves(then).values()]
+            with pytest.raises(ValueError, match=rf"^{problem}.*: its state is another "
+                                                 rf"model's"):
+                other.step(then, then)
+            assert other.t == 1
+            assert all(np.array_equal(a, b) for a, b in zip(leaves(then).values(), before))
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adagrad", "adam"])
