@@ -104,3 +104,48 @@ def test_torch_func_transforms_are_refused_in_a_sentence(name, ids):
         return torch.func.functional_call(bridge, p, (x[0],))[0].sum()
     with pytest.raises(TypeError, match=refused):
         torch.func.grad(loss)(params)
+
+
+# PyTorch's make_dual loads its own decompositions through torch.jit.script, which warns
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("grad", [False, True], ids=["no-grad", "grad"])
+@pytest.mark.parametrize("name", CELLS.values())
+def test_forward_mode_ad_is_refused_not_dropped(name, grad):
+    """A tangent on x, h0 or a weight: without autograd it was read through NumPy and the
+    output came back with none (a directional derivative silently missing); with it,
+    PyTorch's message asked for a jvp staticmethod."""
+    import torch.autograd.forward_ad as fwd
+
+    bridge = getattr(ft, name)(3, 4, dtype=torch.float64).requires_grad_(grad)
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    h0 = torch.randn(1, 2, 4, dtype=torch.float64)
+    W = bridge.weight_hh_l0.detach().clone()
+    refused = rf"^fastbptt\.torch\.{name} has no forward-mode derivative"
+    with fwd.dual_level(), torch.set_grad_enabled(grad):
+        for call in (lambda: bridge(fwd.make_dual(x, torch.ones_like(x))),
+                     lambda: bridge(x, fwd.make_dual(h0, torch.ones_like(h0)) if name != "LSTM"
+                                    else (fwd.make_dual(h0, torch.ones_like(h0)), h0)),
+                     lambda: torch.func.functional_call(
+                         bridge, {"weight_hh_l0": fwd.make_dual(W, torch.ones_like(W))},
+                         (x,))):
+            with pytest.raises(TypeError, match=refused):
+                call()
+        bridge(x)                   # no tangent at an open level: runs
+
+
+@pytest.mark.parametrize("name", CELLS.values())
+def test_batched_gradients_are_refused_and_jacobians_run_unvectorized(name):
+    bridge = getattr(ft, name)(3, 4, dtype=torch.float64)
+    native = getattr(torch.nn, name)(3, 4, dtype=torch.float64)
+    native.load_state_dict(bridge.state_dict())
+    x = torch.randn(2, 1, 3, dtype=torch.float64)
+    refused = rf"^fastbptt\.torch\.{name} cannot take batched gradients"
+    out = bridge(x.requires_grad_())[0]
+    with pytest.raises(TypeError, match=refused):
+        torch.autograd.grad(out, x, torch.eye(out.numel()).reshape(-1, *out.shape),
+                            is_grads_batched=True)
+    with pytest.raises(TypeError, match=refused):
+        torch.autograd.functional.jacobian(lambda v: bridge(v)[0], x, vectorize=True)
+    got = torch.autograd.functional.jacobian(lambda v: bridge(v)[0], x)
+    want = torch.autograd.functional.jacobian(lambda v: native(v)[0], x)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)

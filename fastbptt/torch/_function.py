@@ -26,6 +26,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
+from torch.autograd import forward_ad
 
 from .. import layer as _layer
 from ..params import Layer, Model
@@ -160,6 +161,7 @@ class _Layers(torch.autograd.Function):
                 "a copy of what autograd saved, and this PyTorch does not let fastbptt see "
                 "such hooks; run the layer outside them")
         cfg = ctx.cfg
+        refuse_batched(_NAMES[cfg.cell], (dh, dh_n, dc_n))
         dh = np.zeros(*ctx.like) if dh is None else dh.numpy()
         r = back(dh, _numpy(dh_n), _numpy(dc_n))
         dh0 = _tensor(r.dh0) if ctx.needs_input_grad[2] else None
@@ -172,13 +174,46 @@ _NAMES = {"elman": "RNN", "gru": "GRU", "lstm": "LSTM"}
 
 def refuse_transforms(name, tensors):
     """TypeError where a ``torch.func`` transform (``vmap``, ``grad``, ``jvp``, ...) wraps
-    a tensor: fastbptt reads tensors' memory through NumPy, which such a tensor has not."""
+    a tensor: fastbptt reads tensors' memory through NumPy, which such a tensor has not;
+    and where a tensor carries a tangent of forward-mode AD, which NumPy would drop."""
     wrapped = torch._C._functorch.is_functorch_wrapped_tensor
     if any(t is not None and wrapped(t) for t in tensors):
         raise TypeError(f"fastbptt.torch.{name} cannot run under the torch.func transforms "
                         f"(vmap, grad, jvp, ...): its kernels read the tensors' memory through "
                         f"NumPy. Call the module as it is (a batch for vmap, backward for "
                         f"grad), or use torch.nn.{name}")
+    if _dual(tensors):
+        raise TypeError(f"fastbptt.torch.{name} has no forward-mode derivative "
+                        f"(torch.autograd.forward_ad): its kernels compute reverse-mode "
+                        f"gradients only. Use backward, or torch.nn.{name} for forward mode")
+
+
+def _dual(tensors):
+    """Whether a tensor carries a forward-mode tangent at the level open (False, at the
+    cost of one lookup, where none is)."""
+    level = getattr(forward_ad, "_current_level", None)
+    if level is not None and level < 0:
+        return False
+    try:
+        return any(t is not None and forward_ad.unpack_dual(t).tangent is not None
+                   for t in tensors)
+    except RuntimeError:                # no level open, in a PyTorch without the global
+        return False
+
+
+def refuse_batched(name, grads):
+    """TypeError for the batched gradients of ``torch.autograd.grad(...,
+    is_grads_batched=True)`` (and of the Jacobians that use it), which reach the backward
+    pass as batched tensors of PyTorch's legacy vmap."""
+    functorch = torch._C._functorch
+    batched = getattr(functorch, "is_legacy_batchedtensor", None)
+    if any(g is not None and (functorch.is_functorch_wrapped_tensor(g) or
+                              batched is not None and batched(g)) for g in grads):
+        raise TypeError(f"fastbptt.torch.{name} cannot take batched gradients "
+                        f"(torch.autograd.grad with is_grads_batched=True, "
+                        f"torch.autograd.functional.jacobian with vectorize=True): its "
+                        f"kernels read them through NumPy. Run the backward pass once per "
+                        f"gradient (vectorize=False), or use torch.nn.{name}")
 
 
 def run(cfg, x, h0, c0, weights):
