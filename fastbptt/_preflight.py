@@ -244,6 +244,13 @@ def corpus(codec, train_ids, val_ids, options):
                            f"(--val-fraction {options.val_fraction:g} of "
                            f"{train_ids.size + val_ids.size:,}); it needs at least 2: raise "
                            "--val-fraction or pass more text")
+    if train_ids.size and not (train_ids != train_ids[0]).any():
+        raise CommandError(f"the train split holds one distinct character "
+                           f"({codec.chars[int(train_ids[0])]!r}, {train_ids.size:,} times); "
+                           f"the others occur only in the validation split (the last "
+                           f"--val-fraction {options.val_fraction:g} of the text): a model "
+                           "learns nothing from it; pass text whose first part varies, or "
+                           "change --val-fraction")
     if train_ids.size < options.batch + 1:
         raise CommandError(f"the train split holds {train_ids.size} characters, too few for "
                            f"--batch {options.batch} cursors (each needs at least 2); lower "

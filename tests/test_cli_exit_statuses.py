@@ -27,6 +27,7 @@ def folder(tmp_path_factory):
     write_corpus(here)
     write_corpus(here, "one.txt", "a" * 400)
     write_corpus(here, "short.txt", "abcdefghij")
+    write_corpus(here, "one_then_two.txt", "a" * 900 + "b" * 100)
     write_corpus(here, "other.txt", "a quite different text, " * 40)
     (here / "folder").mkdir()
     runs = [start(["train", "tiny.txt", *SMALL, "--steps", "2", "--sample-every", "0",
@@ -263,6 +264,8 @@ def failures(folder):
         (["train", "one.txt", *SMALL], "the text holds one distinct character ('a')",
          PROCESS),
         (["train", "short.txt", *SMALL], "the validation split holds 1 character(s)"),
+        (["train", "one_then_two.txt", *SMALL], "the train split holds one distinct "
+         "character ('a', 900 times); the others occur only in the validation split"),
         (["train", "tiny.txt", *SMALL, "--hidden", "100000000"],
          "--hidden 100000000 --layers 1 --cell elman with --batch 2 --seq-length 8 (weights",
          PROCESS),
