@@ -171,9 +171,13 @@ def check_model(params, codec, options, hidden=None, optimizer_state=None, cell_
     characters: each name and shape, the carried states', the optimizer buffers', and
     finiteness."""
     V = len(codec)
-    want = leaf_shapes(V, options.hidden, V, cell=options.cell, num_layers=options.layers)
     arrays = leaves(params)
     model = f"a model of {describe_model(options)} over {V} characters"
+    held = 1 + max((int(name.split(".")[1]) for name in arrays if name.startswith("layers.")),
+                   default=0)
+    if held != options.layers:       # before the shapes of as many layers as it says
+        raise ValueError(f"params hold {held} layer(s); {model} has {options.layers}")
+    want = leaf_shapes(V, options.hidden, V, cell=options.cell, num_layers=options.layers)
     for name, shape in want.items():
         value = arrays.get(name)
         if value is None:

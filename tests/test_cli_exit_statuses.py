@@ -53,6 +53,8 @@ def folder(tmp_path_factory):
             edit_meta(lambda m: m["rng_state"]["state"].update(state=2 ** 200)))
     rewrite(here / "good.npz", here / "two_layers.npz",
             edit_meta(lambda m: m["options"].update(layers=2)))
+    rewrite(here / "lstm.npz", here / "huge_layers.npz",      # not enumerated: no memory
+            edit_meta(lambda m: m["options"].update(layers=10**30)))
     rewrite(here / "lstm.npz", here / "no_cell_state.npz", lambda a: a.pop("cell_state"))
     rewrite(here / "good.npz", here / "surrogate.npz",
             lambda a: a.update(vocab=np.where(np.arange(a["vocab"].size) == 3, 0xD800,
@@ -287,8 +289,11 @@ def failures(folder):
          "text_hidden.npz is not a usable fastbptt checkpoint: its options: --hidden must "
          "be an integer"),
         (["train", "--resume", "--checkpoint", "two_layers.npz"],
-         "two_layers.npz is not a usable fastbptt checkpoint: params layers.0.0.U is "
-         "missing; a model of 2 Elman layers of hidden size 8 over 34 characters has one"),
+         "two_layers.npz is not a usable fastbptt checkpoint: params hold 1 layer(s); a model "
+         "of 2 Elman layers of hidden size 8 over 34 characters has 2"),
+        (["sample", "huge_layers.npz"],
+         "huge_layers.npz is not a usable fastbptt checkpoint: params hold 2 layer(s); a "
+         "model of 1000000000000000000000000000000 LSTM layers of hidden size 8"),
         (["train", "--resume", "--checkpoint", "no_cell_state.npz"],
          "no_cell_state.npz is not a usable fastbptt checkpoint: an LSTM's carried state "
          "needs both h ('hidden') and c ('cell_state')", PROCESS),
