@@ -83,7 +83,8 @@ class Codec:
         """int64 ids of ``text``; ValueError naming any character outside the vocabulary."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str; got {type(text).__name__}")
-        codes = np.frombuffer(text.encode("utf-32-le"), np.uint32).astype(np.int64)
+        raw = text.encode("utf-32-le", "surrogatepass")    # a lone surrogate: not in vocab
+        codes = np.frombuffer(raw, np.uint32).astype(np.int64)
         ids = np.full(codes.shape, -1, np.int64)
         inside = codes < self._table.size
         ids[inside] = self._table[codes[inside]]

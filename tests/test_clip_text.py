@@ -243,6 +243,8 @@ def test_a_codec_holds_unicode_characters_only():
             Codec.from_array(codes)
     with pytest.raises(TypeError, match="chars must be characters"):
         Codec(None)
+    with pytest.raises(ValueError, match=r"^characters not in the vocabulary: '\\ud800'$"):
+        Codec.from_text("abc").encode("a\ud800")       # not the UTF-32 codec's error
 
 
 def test_a_trainer_checks_its_options_codec_and_ids():
