@@ -83,6 +83,19 @@ def _tracebacks():
     return os.environ.get("FASTBPTT_TRACEBACK", "") not in ("", "0")
 
 
+def _interruption(error):
+    """The `Interrupted` that ``error`` was raised from (NumPy's import raises an
+    ImportError from one that came while it loaded its C extensions), or None. An error
+    raised while one was handled (a cleanup that failed) is reported as itself."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, Interrupted):
+            return error
+        seen.add(id(error))
+        error = error.__cause__
+    return None
+
+
 def run_command(prog, command, args, *, last=False):
     """``command(args)``'s exit status, with every failure reported in one line.
 
@@ -92,7 +105,13 @@ def run_command(prog, command, args, *, last=False):
     guard, status = SignalGuard(ignore_after=last), None
     try:
         with guard:
-            status = command(args)
+            try:
+                status = command(args)
+            except Exception as error:
+                signalled = _interruption(error)
+                if signalled is None:
+                    raise
+                raise signalled from None
         return status
     except UsageError as error:
         _say(prog, f"{error}; see `{prog} -h`")

@@ -11,6 +11,10 @@ that arrives on the way out neither raises again nor changes the exit status. Th
 convention, 128 + the number of the first signal: 130 (SIGINT), 143 (SIGTERM), 129
 (SIGHUP).
 
+A signal whose exception the interpreter dropped (it drops one raised by a handler while
+``compile`` runs, as an import without bytecode does) is raised again where the next guard
+opens inside the one that took it: the program would otherwise go on as if none came.
+
 A signal set to be ignored when a guard opens (``nohup`` starts the program with SIGHUP
 ignored; a shell script's background job, with SIGINT) stays ignored: the guard takes
 only the others.
@@ -61,7 +65,8 @@ class SignalGuard:
         self.received = None            # the first signal's number
         self._defer = 0
         self._raised = False
-        self._old = {}
+        self._acted = False             # the command acted on the signal (handled, or an
+        self._old = {}                  # inner guard raised for it)
         self._outer = None              # the guard whose handlers this one replaced
 
     @property
@@ -91,7 +96,16 @@ class SignalGuard:
     def handled(self):
         """The command acts on the signal it received (it saved and returns its status):
         the signals after it are recorded, never raised, until the guard is left."""
-        self._raised = True
+        self._raised = self._acted = True
+
+    def _dropped(self):
+        """The signal this guard raised for, where the program went on regardless (the
+        interpreter drops an exception raised by a handler while ``compile`` runs, as
+        importing a module without its bytecode does), or None."""
+        if self.received is not None and self._raised and not self._acted and \
+                not self._defer:
+            return self.received
+        return None
 
     def __enter__(self):
         with self.deferred():           # all handlers in place before one may raise
@@ -104,6 +118,10 @@ class SignalGuard:
                     break
                 if isinstance(getattr(old, "__self__", None), SignalGuard):
                     self._outer = old.__self__
+        if self.received is None and self._outer is not None:
+            # a guard opens in the code the outer one guards only when that one's raise
+            # did not stop it: the signal is raised for here
+            self.received = self._outer._dropped()
         if self.received is not None and not self._defer and not self._raised:
             self._raised = True
             self.release()
@@ -119,7 +137,7 @@ class SignalGuard:
             # the signal was this guard's to act on (raised, or the command returns its
             # status): the guard around it keeps its number and does not raise for the
             # signals after it, before its handlers take them again
-            outer.received, outer._raised = self.received, True
+            outer.received, outer._raised, outer._acted = self.received, True, True
         while self._old:
             signum, old = next(iter(self._old.items()))
             signal.signal(signum, signal.SIG_IGN if self.ignore_after else old)

@@ -421,3 +421,63 @@ def test_a_signal_after_a_commands_own_guard_keeps_the_first_ones_status(capsys)
     assert run_command("prog", command, None) == 143
     assert capsys.readouterr().err == ""
     assert [signal.getsignal(signum) for signum in STATUS] == before
+
+
+def _swallowed(signum):
+    """The signal, sent to this process where its handler's exception is lost (as the
+    interpreter loses one raised while ``compile`` runs, importing a module without its
+    bytecode)."""
+    from fastbptt._signals import Interrupted
+
+    try:
+        os.kill(os.getpid(), signum)
+    except Interrupted:
+        pass
+
+
+def test_a_signal_whose_exception_was_lost_stops_the_command_where_its_guard_opens(capsys):
+    """Deterministic: SIGTERM came while the command was importing, and its exception was
+    dropped: the command's own guard, opening after, raises for it (it trained to the end
+    with status 0, the signal ignored)."""
+    from fastbptt._command_errors import run_command
+    from fastbptt._signals import SignalGuard
+
+    ran = []
+
+    def command(args):
+        _swallowed(signal.SIGTERM)
+        with SignalGuard("before training started; nothing was saved"):
+            ran.append("trained")
+        return 0
+
+    before = [signal.getsignal(signum) for signum in STATUS]
+    assert run_command("prog", command, None) == 143
+    assert not ran
+    assert capsys.readouterr().err == ("prog: interrupted by SIGTERM before training "
+                                       "started; nothing was saved\n")
+    assert [signal.getsignal(signum) for signum in STATUS] == before
+
+
+def test_a_signal_a_library_raised_an_error_from_is_the_signal(capsys):
+    """NumPy's import raises ImportError from an exception that came while it loaded its
+    C extensions: one line, the signal's status, not an unexpected ImportError; an error
+    only raised while one was handled is reported as itself."""
+    from fastbptt._command_errors import run_command
+    from fastbptt._signals import Interrupted
+
+    def importing(args):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except Interrupted as exc:
+            raise ImportError("Importing the numpy C-extensions failed.") from exc
+
+    def cleaning_up(args):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except Interrupted:
+            raise OSError("the cleanup failed")
+
+    assert run_command("prog", importing, None) == 143
+    assert capsys.readouterr().err == "prog: interrupted by SIGTERM\n"
+    assert run_command("prog", cleaning_up, None) == 1
+    assert capsys.readouterr().err == "prog: the cleanup failed\n"
