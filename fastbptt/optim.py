@@ -125,15 +125,15 @@ class Optimizer:
     def step(self, params, grads):
         """Update every array of ``params`` in place from ``grads`` (same structure or any)."""
         pairs = list(_pairs(params, grads))     # every check passes before anything changes
-        problem = self._foreign([name for name, _, _ in pairs]) or next(
-            (f"the optimizer's {key}.{name} is {buffer.shape} but params {name!r} is {p.shape}"
-             for name, p, _ in pairs for key, buffer in self.state.get(name, {}).items()
-             if buffer.shape != p.shape), None)
-        if problem:
-            raise ValueError(f"{problem}: its state is another model's (give these params a "
-                             f"new optimizer, or load_state_dict the state saved with them)")
-        for _, p, _ in pairs:
+        for name, p, _ in pairs:
+            for key, buffer in self.state.get(name, {}).items():
+                if buffer.shape != p.shape:
+                    raise ValueError(
+                        f"the optimizer's {key}.{name} is {buffer.shape} but params {name!r} "
+                        f"is {p.shape}: its state is another model's (give these params a "
+                        f"new optimizer, or load_state_dict the state saved with them)")
             self._check_dtype(p.dtype)
+        self._check_joining([name for name, _, _ in pairs])
         self.t += 1
         with np.errstate(under="ignore"):      # tiny gradients' squares round to 0, rightly
             for name, p, g in pairs:
@@ -208,27 +208,18 @@ class Optimizer:
     def check_complete(self, names):
         """ValueError unless, after t > 0 steps, each parameter in ``names`` has every
         buffer the updates keep (a state that lost some would restart them at zero)."""
-        problem = self._missing(names)
-        if problem:
-            raise ValueError(problem)
-
-    def _missing(self, names):
-        """What `check_complete` refuses, or None."""
         if not self.t:
-            return None
-        return next((f"the optimizer's {key}.{name} is missing, which {self.t} steps of "
-                     f"{self.kind} have made" for name in names for key in self._kept()
-                     if key not in self.state.get(name, {})), None)
+            return
+        for name in names:
+            for key in self._kept():
+                if key not in self.state.get(name, {}):
+                    raise ValueError(f"the optimizer's {key}.{name} is missing, which "
+                                     f"{self.t} steps of {self.kind} have made")
 
-    def _foreign(self, names):
-        """Why the state is not that of the parameters ``names`` (a buffer of another
-        name, or one missing after t > 0 steps), or None."""
-        wanted = set(names)
-        extra = next((f"{key}.{name}" for name, slot in self.state.items() if name not in wanted
-                      for key in slot), None)
-        if extra:
-            return f"the optimizer has {extra}, which these params do not have"
-        return self._missing(names)
+    def _check_joining(self, names):
+        """ValueError where a parameter in ``names`` that no step has updated yet would be
+        updated wrongly now (Adam's); SGD's and Adagrad's buffers start at zero for it
+        as for a new optimizer's, which is right."""
 
     def _kept(self):
         return self._buffers
@@ -308,6 +299,20 @@ class Adam(Optimizer):
 
     def _check_dtype(self, dtype):
         _eps_in(self.eps * np.sqrt(1 - self.beta2 ** (self.t + 1)), dtype, self.eps)
+
+    def _check_joining(self, names):
+        # the bias correction counts this optimizer's steps, not each parameter's: moments
+        # that start at zero after t steps would be scaled as t steps' (a 1-layer model's
+        # state stepping a 2-layer one moved layer 1 by 2.5 lr, Adam's first step lr)
+        joining = next((name for name in names if self.t and
+                        not all(key in self.state.get(name, {}) for key in self._buffers)),
+                       None)
+        if joining is not None:
+            raise ValueError(
+                f"params {joining!r} has no Adam moments in this optimizer, which has taken "
+                f"{self.t} steps: its bias correction counts them for every parameter, so "
+                f"one that joins now would move too far (give these params a new optimizer, "
+                f"or load_state_dict the state saved with them)")
 
     def _update(self, name, p, g):
         # lr_t = lr sqrt(1 - b2^t) / (1 - b1^t) folds both corrections into one scale;
