@@ -22,6 +22,7 @@ only the others.
 from __future__ import annotations
 
 import signal
+import sys
 from contextlib import contextmanager
 
 __all__ = ["Interrupted", "SignalGuard", "SIGNALS"]
@@ -102,10 +103,14 @@ class SignalGuard:
         """The signal this guard raised for, where the program went on regardless (the
         interpreter drops an exception raised by a handler while ``compile`` runs, as
         importing a module without its bytecode does), or None."""
-        if self.received is not None and self._raised and not self._acted and \
-                not self._defer:
-            return self.received
-        return None
+        if self.received is None or not self._raised or self._acted or self._defer:
+            return None
+        error = sys.exc_info()[1]
+        while error is not None:            # on its way out, or being handled: not dropped
+            if isinstance(error, Interrupted):
+                return None
+            error = error.__context__
+        return self.received
 
     def __enter__(self):
         with self.deferred():           # all handlers in place before one may raise

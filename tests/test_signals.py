@@ -458,6 +458,39 @@ def test_a_signal_whose_exception_was_lost_stops_the_command_where_its_guard_ope
     assert [signal.getsignal(signum) for signum in STATUS] == before
 
 
+def test_a_guard_opened_while_a_signal_goes_out_lets_its_cleanup_finish(capsys):
+    """A guard opened in a finally or an except after the outer guard raised (a cleanup
+    that protects itself) is not taken for one after a dropped signal."""
+    from fastbptt._command_errors import run_command
+    from fastbptt._signals import Interrupted, SignalGuard
+
+    done = []
+
+    def in_finally(args):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            done.append("not reached")
+        finally:
+            with SignalGuard("while cleaning up"):
+                done.append("cleaned up")
+        return 0
+
+    def in_except(args):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except Interrupted:
+            with SignalGuard("while cleaning up"):
+                done.append("handled")
+            raise
+        return 0
+
+    for command, did in ((in_finally, "cleaned up"), (in_except, "handled")):
+        done.clear()
+        assert run_command("prog", command, None) == 143
+        assert done == [did]
+        assert capsys.readouterr().err == "prog: interrupted by SIGTERM\n"
+
+
 def test_a_signal_a_library_raised_an_error_from_is_the_signal(capsys):
     """NumPy's import raises ImportError from an exception that came while it loaded its
     C extensions: one line, the signal's status, not an unexpected ImportError; an error
