@@ -166,6 +166,16 @@ def in_dtype(what, array, dtype, *, copy=True):
     return out
 
 
+def check_layers(params, codec, options):
+    """ValueError unless the params hold as many layers as ``options`` say: asked before
+    anything is sized by that number (a damaged meta may claim 10^30 layers)."""
+    held = 1 + max((int(name.split(".")[1]) for name in leaves(params)
+                    if name.startswith("layers.")), default=0)
+    if held != options.layers:
+        raise ValueError(f"params hold {held} layer(s); a model of {describe_model(options)} "
+                         f"over {len(codec)} characters has {options.layers}")
+
+
 def check_model(params, codec, options, hidden=None, optimizer_state=None, cell_state=None):
     """ValueError unless the arrays fit a model of ``options`` over ``codec``'s
     characters: each name and shape, the carried states', the optimizer buffers', and
@@ -173,10 +183,7 @@ def check_model(params, codec, options, hidden=None, optimizer_state=None, cell_
     V = len(codec)
     arrays = leaves(params)
     model = f"a model of {describe_model(options)} over {V} characters"
-    held = 1 + max((int(name.split(".")[1]) for name in arrays if name.startswith("layers.")),
-                   default=0)
-    if held != options.layers:       # before the shapes of as many layers as it says
-        raise ValueError(f"params hold {held} layer(s); {model} has {options.layers}")
+    check_layers(params, codec, options)
     want = leaf_shapes(V, options.hidden, V, cell=options.cell, num_layers=options.layers)
     for name, shape in want.items():
         value = arrays.get(name)

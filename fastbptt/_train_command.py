@@ -179,6 +179,11 @@ def _start(args, given, say, claims):
         resume = ckpt_io.load(args.checkpoint)
         options, changed = _resume.resumed_options(TrainOptions, resume.options, given,
                                                    args.checkpoint)
+        try:                    # before the memory a model of that many layers would need
+            _resume.check_layers(resume.params, resume.codec, options)
+        except ValueError as error:
+            raise ckpt_io.CheckpointError(f"{args.checkpoint} is not a usable fastbptt "
+                                          f"checkpoint: {error}") from None
         if args.steps is not None and args.steps <= resume.step:   # done (a rerun, say)
             say(f"{args.checkpoint} is at step {resume.step:,}, which --steps {args.steps} "
                 "counts as done (it counts the run's steps in all): nothing to train; a "

@@ -291,6 +291,9 @@ def failures(folder):
         (["train", "--resume", "--checkpoint", "two_layers.npz"],
          "two_layers.npz is not a usable fastbptt checkpoint: params hold 1 layer(s); a model "
          "of 2 Elman layers of hidden size 8 over 34 characters has 2"),
+        (["train", "--resume", "--checkpoint", "huge_layers.npz"],
+         "huge_layers.npz is not a usable fastbptt checkpoint: params hold 2 layer(s); a "
+         "model of 1000000000000000000000000000000 LSTM layers of hidden size 8"),
         (["sample", "huge_layers.npz"],
          "huge_layers.npz is not a usable fastbptt checkpoint: params hold 2 layer(s); a "
          "model of 1000000000000000000000000000000 LSTM layers of hidden size 8"),
