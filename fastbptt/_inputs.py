@@ -148,7 +148,7 @@ def _array(name, value, what="integers or floats"):
             try:
                 fix = f"write it as a float ({float(big)!r})"
             except OverflowError:
-                fix = "it is beyond float64's range too"
+                fix = "it is beyond float64's range too: scale the values into it"
             raise ValueError(f"{name} holds an integer beyond 64 bits ({shown(big)}), which "
                              f"NumPy keeps as a Python object; {fix}")
         if big is not None:

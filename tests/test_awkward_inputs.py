@@ -269,7 +269,8 @@ def test_python_ints_beyond_64_bits_are_named_as_such():
                                              rf"object; write it as a float "
                                              rf"\({re.escape(repr(float(big)))}\)$"):
             fastbptt.loss(x, [[0, 1]], params, h0=h0)
-    with pytest.raises(ValueError, match=r"^h0 holds .* beyond float64's range too$"):
+    with pytest.raises(ValueError, match=r"^h0 holds .* beyond float64's range too: scale "
+                                         r"the values into it$"):
         fastbptt.loss([[0, 1]], [[0, 1]], params, h0=[[2**1100, 0, 0, 0]])
     with pytest.raises(TypeError, match=r"^h0 must hold floats; got dtype object"):
         fastbptt.loss([[0, 1]], [[0, 1]], params, h0=[[None, 0, 0, 0]])
