@@ -496,6 +496,49 @@ def _restore_environ(before, started):
                 del os.environ[name]
 
 
+class _Silent(OSError):
+    """A peer that took the connection and never answered Dask's handshake."""
+
+
+def _handshake(address, timeout):
+    """Connect to ``address`` and do Dask's handshake within ``timeout`` (Dask's own
+    timeout covers the connection, not the handshake: a Client of a port that accepts and
+    never answers, a scheduler's dashboard say, waits for ever). `_Silent` if no answer
+    came in time; other failures are left to the Client, which words them."""
+    from dask.utils import parse_timedelta
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    seconds = parse_timedelta(timeout)
+    if seconds is None:                 # no time limit asked for
+        return
+    done, outcome = threading.Event(), []
+
+    async def probe():
+        args = Security().get_connection_args("client")
+        comm = await asyncio.wait_for(connect(address, timeout=seconds, **args), seconds)
+        await comm.close()
+
+    def run():
+        try:
+            asyncio.run(probe())
+        except asyncio.TimeoutError:
+            outcome.append(_Silent(f"Timed out trying to connect to {address}"))
+        except OSError as error:        # refused until the time was up, say
+            if "Timed out trying to connect" in str(error):
+                outcome.append(error)
+        except Exception:               # bad TLS settings...: the Client words them
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="fastbptt-handshake", daemon=True).start()
+    if not done.wait(seconds + 5):
+        raise _Silent(f"Timed out trying to connect to {address}")
+    if outcome:
+        raise outcome[0]
+
+
 class Workers:
     """The workers of a Dask cluster that a run places its cursors on (``place``, a
     `fastbptt.train.Trainer` placement): at most ``want`` of them (all, for None), at most
@@ -588,6 +631,7 @@ class Workers:
         hook, sys.unraisablehook = sys.unraisablehook, _ignore
         try:
             try:
+                _handshake(address, timeout)
                 client = _dask.Client(address, timeout=timeout, direct_to_workers=True,
                                       set_as_default=False)
             except Exception as error:      # a refused or timed out connection, bad TLS

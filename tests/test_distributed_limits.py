@@ -4,6 +4,7 @@ import errno
 import os
 import re
 import socket
+import threading
 import time
 
 import pytest
@@ -76,6 +77,28 @@ def test_addresses_dask_cannot_use_are_named_in_words_of_the_address(tmp_path):
         distributed.Workers.connect(address, timeout=1)
     with pytest.raises(ConnectionError, match=f"answered at {address} within 1s; start"):
         distributed.Workers.connect(address, timeout="1s")          # Dask's time strings
+
+
+def test_a_port_that_takes_the_connection_and_never_answers_is_no_scheduler():
+    """A scheduler's dashboard port, say: Dask's timeout covers the connection, not its
+    handshake, and the Client waited for ever."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        said = []
+
+        def attempt():                  # in a thread: a regression waits, not the suite
+            try:
+                distributed.Workers.connect(address, timeout=1)
+            except ConnectionError as error:
+                said.append(str(error))
+        waiting = threading.Thread(target=attempt, daemon=True)
+        waiting.start()
+        waiting.join(60)
+        assert not waiting.is_alive(), "Workers.connect still waits"
+    assert said and said[0].startswith(f"no Dask scheduler answered at {address} within "
+                                       f"1 s; start one there"), said
 
 
 def test_tls_settings_that_hold_a_certificates_text_connect_and_are_never_quoted():
