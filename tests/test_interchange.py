@@ -1,6 +1,5 @@
 """from_torch and to_torch: round trips, real PyTorch modules, and the errors."""
 import re
-import resource
 import subprocess
 import sys
 from typing import NamedTuple
@@ -188,7 +187,10 @@ def test_a_mistyped_layer_number_is_reported_not_enumerated():
     missing: the message names the first few without building every expected key (run
     in a process of 3 GB of address space, so that a regression fails rather than take
     the machine's memory)."""
-    code = (
+    limit = 3 << 30
+    code = (                # the limit set by the child (a preexec_fn forks a JAX process)
+        "import resource\n"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))\n"
         "import fastbptt\n"
         "m = fastbptt.init_params(3, 2, 3, cell='lstm', num_layers=2, bidirectional=True, "
         "seed=0)\n"
@@ -198,10 +200,8 @@ def test_a_mistyped_layer_number_is_reported_not_enumerated():
         "    fastbptt.from_torch(sd)\n"
         "except ValueError as e:\n"
         "    print(e)\n")
-    limit = 3 << 30
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, preexec_fn=lambda: resource.setrlimit(
-                             resource.RLIMIT_AS, (limit, limit)))
+                         timeout=300)
     assert run.returncode == 0, run.stderr
     assert re.fullmatch(r"the RNN state dict is missing bias_hh_l2, bias_hh_l2_reverse, .*, "
                         r"weight_ih_l2_reverse and 79999999975 more \(it has 10000000000 "
