@@ -496,15 +496,12 @@ def _restore_environ(before, started):
                 del os.environ[name]
 
 
-class _Silent(OSError):
-    """A peer that took the connection and never answered Dask's handshake."""
-
-
 def _handshake(address, timeout):
     """Connect to ``address`` and do Dask's handshake within ``timeout`` (Dask's own
     timeout covers the connection, not the handshake: a Client of a port that accepts and
-    never answers, a scheduler's dashboard say, waits for ever). `_Silent` if no answer
-    came in time; other failures are left to the Client, which words them."""
+    never answers, a scheduler's dashboard say, waits for ever). OSError, in the words of
+    Dask's own for a connection that timed out, if none was made in time or no answer
+    came; other failures are left to the Client, which words them."""
     from dask.utils import parse_timedelta
     from distributed.comm import connect
     from distributed.security import Security
@@ -523,7 +520,7 @@ def _handshake(address, timeout):
         try:
             asyncio.run(probe())
         except asyncio.TimeoutError:
-            outcome.append(_Silent(f"Timed out trying to connect to {address}"))
+            outcome.append(OSError(f"Timed out trying to connect to {address}"))
         except OSError as error:        # refused until the time was up, say
             if "Timed out trying to connect" in str(error):
                 outcome.append(error)
@@ -534,7 +531,7 @@ def _handshake(address, timeout):
 
     threading.Thread(target=run, name="fastbptt-handshake", daemon=True).start()
     if not done.wait(seconds + 5):
-        raise _Silent(f"Timed out trying to connect to {address}")
+        raise OSError(f"Timed out trying to connect to {address}")
     if outcome:
         raise outcome[0]
 

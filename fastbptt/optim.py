@@ -208,13 +208,19 @@ class Optimizer:
     def check_complete(self, names):
         """ValueError unless, after t > 0 steps, each parameter in ``names`` has every
         buffer the updates keep (a state that lost some would restart them at zero)."""
+        lacking = self._lacking(names)
+        if lacking is not None:
+            name, key = lacking
+            raise ValueError(f"the optimizer's {key}.{name} is missing, which {self.t} steps "
+                             f"of {self.kind} have made")
+
+    def _lacking(self, names):
+        """After t > 0 steps, the first (name, buffer) of ``names`` whose buffer the updates
+        keep is not in the state; else None."""
         if not self.t:
-            return
-        for name in names:
-            for key in self._kept():
-                if key not in self.state.get(name, {}):
-                    raise ValueError(f"the optimizer's {key}.{name} is missing, which "
-                                     f"{self.t} steps of {self.kind} have made")
+            return None
+        return next(((name, key) for name in names for key in self._kept()
+                     if key not in self.state.get(name, {})), None)
 
     def _check_joining(self, names):
         """ValueError where a parameter in ``names`` that no step has updated yet would be
@@ -304,15 +310,13 @@ class Adam(Optimizer):
         # the bias correction counts this optimizer's steps, not each parameter's: moments
         # that start at zero after t steps would be scaled as t steps' (a 1-layer model's
         # state stepping a 2-layer one moved layer 1 by 2.5 lr, Adam's first step lr)
-        joining = next((name for name in names if self.t and
-                        not all(key in self.state.get(name, {}) for key in self._buffers)),
-                       None)
-        if joining is not None:
+        lacking = self._lacking(names)
+        if lacking is not None:
             raise ValueError(
-                f"params {joining!r} has no Adam moments in this optimizer, which has taken "
-                f"{self.t} steps: its bias correction counts them for every parameter, so "
-                f"one that joins now would move too far (give these params a new optimizer, "
-                f"or load_state_dict the state saved with them)")
+                f"params {lacking[0]!r} has no Adam moments in this optimizer, which has "
+                f"taken {self.t} steps: its bias correction counts them for every parameter, "
+                f"so one that joins now would move too far (give these params a new "
+                f"optimizer, or load_state_dict the state saved with them)")
 
     def _update(self, name, p, g):
         # lr_t = lr sqrt(1 - b2^t) / (1 - b1^t) folds both corrections into one scale;

@@ -305,13 +305,13 @@ def _names(entries, leaves):
 def _jnp(name, value, what):
     """``jnp.asarray(value)``; where JAX cannot read it as an array (strings, objects, a
     None among numbers), a TypeError naming the argument."""
+    if not isinstance(value, (str, bytes)):  # which JAX may read as a dtype's name
+        try:
+            return jnp.asarray(value)
+        except (TypeError, ValueError):
+            pass
     got = f"dtype {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
-    if isinstance(value, (str, bytes)):     # which JAX may read as a dtype's name
-        raise TypeError(f"{name} must be {what}; got {got}")
-    try:
-        return jnp.asarray(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be {what}; got {got}") from None
+    raise TypeError(f"{name} must be {what}; got {got}")
 
 
 def _state_check(name, value, want, dtype):
