@@ -28,8 +28,18 @@ def env(**changes):
     return out
 
 
-def start(args, cwd, **env_changes):
-    return subprocess.Popen([sys.executable, "-m", "fastbptt", *map(str, args)], cwd=cwd,
+# `python -m fastbptt` in a process that limits its own address space first (a
+# preexec_fn would fork the test process, which JAX, imported by other tests, warns of)
+LIMITED = ("import resource, runpy\n"
+           "resource.setrlimit(resource.RLIMIT_AS, ({0}, {0}))\n"
+           "runpy.run_module('fastbptt', run_name='__main__', alter_sys=True)\n")
+
+
+def start(args, cwd, memory=None, **env_changes):
+    """``python -m fastbptt args`` in cwd; with ``memory``, in at most that many bytes of
+    address space, so that a command which would take the machine's memory fails."""
+    head = ["-m", "fastbptt"] if memory is None else ["-c", LIMITED.format(int(memory))]
+    return subprocess.Popen([sys.executable, *head, *map(str, args)], cwd=cwd,
                             env=env(**env_changes), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -49,10 +59,11 @@ class Outcome:
         return lines[0]
 
 
-def run_all(commands, cwd, timeout=300):
+def run_all(commands, cwd, timeout=300, memory=None):
     """Run the argument lists at once, except that ``train`` commands on the same
     checkpoint run one after another (a run claims its checkpoint, and a second one at
-    the same time would stop on that claim); their `Outcome`s in order."""
+    the same time would stop on that claim); their `Outcome`s in order. ``memory``: as
+    for `start`."""
     waves, seen = {}, {}
     for i, args in enumerate(commands):
         key = _checkpoint(args)
@@ -62,7 +73,7 @@ def run_all(commands, cwd, timeout=300):
         waves.setdefault(wave, []).append(i)
     outcomes = [None] * len(commands)
     for wave in sorted(waves):
-        procs = [(i, start(commands[i], cwd)) for i in waves[wave]]
+        procs = [(i, start(commands[i], cwd, memory)) for i in waves[wave]]
         for i, proc in procs:
             try:
                 out, err = proc.communicate(timeout=timeout)

@@ -17,6 +17,8 @@ from cli_processes import SMALL, Outcome, finish, run_all, start, write_corpus
 from fastbptt.cli import main
 
 PROCESS = "process"
+LIMITED = "limited"       # only as a process, of 3 GB: a regression would take all memory
+LIMIT = 3 << 30
 
 
 @pytest.fixture(scope="module")
@@ -181,12 +183,15 @@ def in_process(args, capsys):
 
 def outcomes(cases, folder, capsys, monkeypatch):
     """(outcome, case) of every case in this process, then of the PROCESS ones as
-    processes."""
+    processes; the LIMITED ones run only as processes of `LIMIT` bytes."""
     monkeypatch.chdir(folder)
-    out = [(in_process(case[0], capsys), case) for case in cases]
+    out = [(in_process(case[0], capsys), case) for case in cases if LIMITED not in case]
     chosen = [case for case in cases if PROCESS in case]
+    limited = [case for case in cases if LIMITED in case]
     assert len(chosen) >= 5
-    return out + list(zip(run_all([case[0] for case in chosen], folder), chosen))
+    return (out + list(zip(run_all([case[0] for case in chosen], folder), chosen))
+            + list(zip(run_all([case[0] for case in limited], folder, memory=LIMIT),
+                       limited)))
 
 
 def test_usage_errors_exit_2_with_one_line(folder, capsys, monkeypatch):
@@ -293,10 +298,10 @@ def failures(folder):
          "of 2 Elman layers of hidden size 8 over 34 characters has 2"),
         (["train", "--resume", "--checkpoint", "huge_layers.npz"],
          "huge_layers.npz is not a usable fastbptt checkpoint: params hold 2 layer(s); a "
-         "model of 1000000000000000000000000000000 LSTM layers of hidden size 8"),
+         "model of 1000000000000000000000000000000 LSTM layers of hidden size 8", LIMITED),
         (["sample", "huge_layers.npz"],
          "huge_layers.npz is not a usable fastbptt checkpoint: params hold 2 layer(s); a "
-         "model of 1000000000000000000000000000000 LSTM layers of hidden size 8"),
+         "model of 1000000000000000000000000000000 LSTM layers of hidden size 8", LIMITED),
         (["train", "--resume", "--checkpoint", "no_cell_state.npz"],
          "no_cell_state.npz is not a usable fastbptt checkpoint: an LSTM's carried state "
          "needs both h ('hidden') and c ('cell_state')", PROCESS),
