@@ -570,6 +570,37 @@ def test_saved_tensor_hooks_that_copy_or_pickle(cell):
     assert all(relative(g.grad, w.grad) < TOLERANCE for g, w in zip(got, want))
 
 
+def _copying_hooks():
+    return torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t)
+
+
+def _pinning_hooks():
+    return torch.autograd.graph.save_on_cpu(pin_memory=True)
+
+
+@pytest.mark.parametrize("hooks", [_copying_hooks, _pinning_hooks], ids=["clone", "pinned"])
+@pytest.mark.parametrize("cell", CELLS)
+def test_weights_changed_in_place_under_hooks_that_copy_get_the_forward_passs_gradients(
+        cell, hooks):
+    """Under hooks that pack copies, autograd checks no version, and a native module's
+    backward pass reads its saved copies of the weights: changed in place before it (an
+    optimizer step), the bridge read the new ones and gave gradients 50% off. And
+    save_on_cpu(pin_memory=True) packs copies too: it lost the layer's state."""
+    native, bridge = modules(cell, input_size=3, hidden_size=6, num_layers=2)
+    x = torch.randn(5, 4, 3, dtype=torch.float64)
+    grads = []
+    for module in (native, bridge):
+        data = x.clone().requires_grad_()
+        with hooks():
+            out = module(data)[0]
+        with torch.no_grad():
+            for p in module.parameters():
+                p.mul_(0.5)
+        out.square().sum().backward()
+        grads.append([data.grad, *(p.grad for p in module.parameters())])
+    assert all(relative(g, w) < TOLERANCE for g, w in zip(grads[1], grads[0]))
+
+
 def test_checkpointing_still_frees_the_layers_states_after_the_forward_pass():
     """Under torch.utils.checkpoint (saved-tensors hooks of PyTorch's own, which recompute
     the forward pass) the graph does not keep the layer's states; under the caller's own

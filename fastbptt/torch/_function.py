@@ -54,9 +54,12 @@ def _tensor(array):
     return None if array is None else torch.from_numpy(array)
 
 
-def _model(cfg, weights):
-    """The `Model` of a run of layers from their parameters (module order)."""
+def _model(cfg, weights, copy=False):
+    """The `Model` of a run of layers from their parameters (module order): views of
+    them, or with ``copy`` copies."""
     arrays = [w.detach().numpy() for w in weights]
+    if copy:
+        arrays = [a.copy() for a in arrays]
     per = 4 if cfg.bias else 2
     layers = []
     for l in range(cfg.num_layers):
@@ -105,16 +108,18 @@ def _read_back(cfg, weights, dx):
             if i % per == 1 or i % per == 0 and (dx or i >= first)]
 
 
-# PyTorch's own saved-tensors hooks that hand the holder back as it was saved: the
-# checkpoint's, which recompute the forward pass (and with it a holder carrying ``back``),
-# and ``save_on_cpu``'s, which keep a CPU tensor as it is
-_HOLDER_KEEPING_HOOKS = ("torch.utils.checkpoint", "torch.autograd.graph")
+# The saved-tensors hooks that hand the holder back as it was saved: the checkpoint's,
+# which recompute the forward pass (and with it a holder carrying ``back``, from the
+# weights as they are then, as PyTorch's modules do). ``save_on_cpu``'s are not among
+# them: with ``pin_memory=True`` they pack a copy.
+_HOLDER_KEEPING_HOOKS = ("torch.utils.checkpoint",)
 
 
 def _hooks_may_copy():
-    """Whether saved-tensors hooks of the caller's own are active, which may pack a copy
-    of the holder (compressed, or pickled to disk) without ``back``. False where this
-    PyTorch cannot say (the function that tells is private)."""
+    """Whether other saved-tensors hooks are active, which may pack a copy of the holder
+    (compressed, or pickled to disk) without ``back``, and of the weights, whose version
+    autograd then does not check. False where this PyTorch cannot say (the function that
+    tells is private)."""
     top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
     try:
         hooks = None if top is None else top(False)
@@ -129,8 +134,14 @@ class _Layers(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, cfg, x, h0, c0, *weights):
-        out, back = _layer.vjp(x.detach().numpy(), _model(cfg, weights), **_options(cfg, h0, c0),
-                               truncate=cfg.truncate, stride=cfg.stride)
+        # Under hooks that may copy, autograd checks no saved tensor's version, and the
+        # backward pass would read weights changed in place since (an optimizer step,
+        # say): it gets copies, and the gradients of the weights the forward pass read,
+        # as PyTorch's modules give from their saved copies.
+        hooked = _hooks_may_copy()
+        out, back = _layer.vjp(x.detach().numpy(), _model(cfg, weights, copy=hooked),
+                               **_options(cfg, h0, c0), truncate=cfg.truncate,
+                               stride=cfg.stride)
         ctx.cfg, ctx.like = cfg, (out.h.shape, out.h.dtype)
         # ``back`` (the forward pass's states) rides on an empty tensor saved with the
         # weights: autograd frees saved tensors after the backward pass unless told to
@@ -141,7 +152,7 @@ class _Layers(torch.autograd.Function):
         # kept on ctx as well then.
         holder = torch.empty(0)
         holder.fastbptt_back = back
-        ctx.fastbptt_back = back if _hooks_may_copy() else None
+        ctx.fastbptt_back = back if hooked else None
         ctx.save_for_backward(holder, *_read_back(cfg, weights, ctx.needs_input_grad[1]))
         ctx.set_materialize_grads(False)
         return _outputs(cfg, out)
