@@ -601,6 +601,17 @@ def test_weights_changed_in_place_under_hooks_that_copy_get_the_forward_passs_gr
     assert all(relative(g, w) < TOLERANCE for g, w in zip(grads[1], grads[0]))
 
 
+def test_grad_enabled_inside_inference_mode_runs_as_the_native_module():
+    """torch.enable_grad() inside inference_mode: the native module returns inference
+    tensors that need no grad; the bridge tried to save them for backward and raised."""
+    native, bridge = modules("lstm", input_size=3, hidden_size=4)
+    x = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)
+    with torch.inference_mode(), torch.enable_grad():
+        want, got = native(x), bridge(x)
+    for g, w in zip(leaves(got), leaves(want)):
+        assert g.is_inference() and not g.requires_grad and relative(g, w) < TOLERANCE
+
+
 def test_checkpointing_still_frees_the_layers_states_after_the_forward_pass():
     """Under torch.utils.checkpoint (saved-tensors hooks of PyTorch's own, which recompute
     the forward pass) the graph does not keep the layer's states; under the caller's own

@@ -231,7 +231,8 @@ def run(cfg, x, h0, c0, weights):
     """(output, h_n, c_n) of one call; see the module's docstring."""
     tensors = (x, h0, c0, *weights)
     refuse_transforms(_NAMES[cfg.cell], tensors)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+    if (torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+            and any(t is not None and t.requires_grad for t in tensors)):
         return _Layers.apply(cfg, x, h0, c0, *weights)
-    out = _layer.forward(x.numpy(), _model(cfg, weights), **_options(cfg, h0, c0))
+    out = _layer.forward(x.detach().numpy(), _model(cfg, weights), **_options(cfg, h0, c0))
     return _outputs(cfg, out)
