@@ -2,13 +2,13 @@
 of the same framework (`fastbptt.bench.bridge_steps`), grouped by step.
 
 Each case warms up (the first call compiles, traces or loads a cache), checks that the
-first-step losses of the two sides agree, then times one step per round.
+first-step losses and gradients of the two sides agree, then times one step per round.
 """
 import functools
 
 import pytest
 
-from fastbptt.bench.bridge_steps import STEPS, make, unavailable
+from fastbptt.bench.bridge_steps import STEPS, check_agreement, make, unavailable
 
 SIDES = ("native", "fastbptt")
 
@@ -20,15 +20,14 @@ def prepared(name):
     if reason:
         pytest.skip(f"{step.framework}: {reason}")
     calls, note, _, _ = make(step)
-    first = {side: calls[side]() for side in SIDES}
-    return calls, note, first
+    check_agreement(step, calls)
+    return calls, note
 
 
 @pytest.mark.parametrize("name, side", [(n, s) for n in STEPS for s in SIDES],
                          ids=[f"{n}-{s}" for n in STEPS for s in SIDES])
 def test_step(benchmark, name, side):
-    calls, note, first = prepared(name)
-    assert first["fastbptt"] == pytest.approx(first["native"], rel=1e-4)
+    calls, note = prepared(name)
     benchmark.group = f"{name}: {STEPS[name].what}"
     benchmark.extra_info.update(step=name, side=side, note=note)
     benchmark(calls[side])

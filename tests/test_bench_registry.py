@@ -311,3 +311,24 @@ def test_a_missing_frameworks_peer_names_its_extra(monkeypatch):
     from fastbptt.bench import torch_peer
     monkeypatch.setitem(sys.modules, "torch", None)
     assert torch_peer.unavailable().startswith("not installed (pip install 'fastbptt[torch]'; ")
+
+
+@pytest.mark.parametrize("step_name", ["T1", "T2", "T3"])
+def test_a_bridge_step_is_timed_only_after_its_gradients_agree(monkeypatch, step_name):
+    """The steps were checked by their first loss alone, which a backward pass that
+    returned wrong gradients left as it was."""
+    pytest.importorskip("torch")
+    from fastbptt.bench import bridge_steps
+    from fastbptt.torch import _function
+    step = bridge_steps.STEPS[step_name]
+    monkeypatch.setitem(WORKLOADS, step.workload, tiny(step.workload))
+    calls = bridge_steps.make(step)[0]
+    native, ours = bridge_steps.check_agreement(step, calls)
+    assert ours == pytest.approx(native, rel=1e-5)
+    right = _function._weight_grads
+    monkeypatch.setattr(_function, "_weight_grads",
+                        lambda cfg, grads: [t * 1.01 for t in right(cfg, grads)])
+    calls = bridge_steps.make(step)[0]
+    with pytest.raises(AssertionError, match=f"{step_name}: the gradient of rnn.weight_ih_l0 "
+                                             "differs from the native one by 0.01 of"):
+        bridge_steps.check_agreement(step, calls)

@@ -12,8 +12,8 @@ native layer, in one process, same weights (``fastbptt bench --torch`` / ``--jax
 The native and the fastbptt step are timed in turns, one call each per round, so that
 load from other processes falls on both alike; medians are reported. The bridge's own
 cost is the time a layer's forward and backward through the bridge spends outside
-`fastbptt.layer`'s calls (`own_cost`). The first step of each is compared (loss within
-1e-4 relative) before timing.
+`fastbptt.layer`'s calls (`own_cost`). The first step of each is compared before timing
+(`check_agreement`: its loss and every gradient within 1e-4 relative).
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import statistics
 import time
 from typing import NamedTuple, Optional
 
-__all__ = ["Step", "STEPS", "FRAMEWORKS", "make", "unavailable", "measure_turns", "own_cost",
-           "run", "table", "as_json"]
+__all__ = ["Step", "STEPS", "FRAMEWORKS", "make", "unavailable", "check_agreement",
+           "measure_turns", "own_cost", "run", "table", "as_json"]
 
 
 class Step(NamedTuple):
@@ -78,6 +78,28 @@ def measure_turns(calls, repeat=30, budget=6.0, warmup=2):
         if enabled:
             gc.enable()
     return times
+
+
+def check_agreement(step, calls, rel=1e-4):
+    """The first-step losses (native, fastbptt) of ``calls``, after checking that they
+    and every parameter's gradient (relative to its largest entry) agree within ``rel``:
+    AssertionError naming the first that does not."""
+    losses = [calls[side]() for side in ("native", "fastbptt")]
+    if abs(losses[1] - losses[0]) > rel * abs(losses[0]):
+        raise AssertionError(f"{step.name}: first-step loss {losses[1]} (fastbptt) vs "
+                             f"{losses[0]} (native) differ by more than {rel:g} relative")
+    want, got = calls["native"].gradients(), calls["fastbptt"].gradients()
+    if want.keys() != got.keys():
+        raise AssertionError(f"{step.name}: gradients of {sorted(got)} (fastbptt) vs "
+                             f"{sorted(want)} (native)")
+    for name, w in want.items():
+        scale = float(abs(w).max()) or 1.0
+        error = float(abs(got[name] - w).max()) / scale
+        if not error <= rel:
+            raise AssertionError(f"{step.name}: the gradient of {name} differs from the "
+                                 f"native one by {error:.2g} of its largest entry (more "
+                                 f"than {rel:g})")
+    return tuple(losses)
 
 
 class _Timed:
@@ -153,10 +175,7 @@ def run_step(step, threads=1, repeat=30, budget=6.0):
     if reason:
         return Result(step, {}, None, (None, None), "", f"{step.framework}: {reason}")
     calls, note, layer, owner = make(step, threads)
-    native, ours = calls["native"](), calls["fastbptt"]()
-    if abs(ours - native) > 1e-4 * abs(native):
-        raise AssertionError(f"{step.name}: first-step loss {ours} (fastbptt) vs {native} "
-                             "(native) differ by more than 1e-4 relative")
+    native, ours = check_agreement(step, calls)
     times = measure_turns(calls, repeat, budget)
     cost = own_cost(layer, owner, repeat)
     medians = {name: statistics.median(t) for name, t in times.items()}

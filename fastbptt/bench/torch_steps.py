@@ -44,12 +44,14 @@ def _trainer(torch, model, inputs, targets, C):
         optimizer.step()
         return loss.item()
 
+    step.gradients = lambda: {name: p.grad.numpy() for name, p in model.named_parameters()}
     return step
 
 
 def make(step, threads=1):
     """``(calls, note, layer, owner)``: calls {"native": step, "fastbptt": step}, each a
-    function of no arguments returning its loss; ``layer()`` runs the bridge's layer
+    function of no arguments returning its loss, whose ``gradients()`` are those of its
+    last call by parameter name; ``layer()`` runs the bridge's layer
     forward and backward; ``owner`` is the bridge module whose ``_layer`` is
     `fastbptt.layer`."""
     import torch
