@@ -5,7 +5,8 @@ Not collected by a plain ``pytest`` (pyproject's testpaths is ``tests``). Every
 implementation runs on one thread, set before any peer's library is imported (JAX fixes
 its thread pool when it starts). Measure with ``env -u OPENBLAS_CORETYPE -u
 OPENBLAS_L2_SIZE pytest benchmarks/ --benchmark-only`` where those are set. Timing runs
-run again with glibc's malloc thresholds fixed, as ``fastbptt bench`` does.
+run again with glibc's malloc thresholds fixed, and with garbage collection off, as
+``fastbptt bench`` does.
 """
 import os
 import subprocess
@@ -21,6 +22,9 @@ from fastbptt.bench.timing import openblas_warnings
 
 def pytest_configure(config):
     _steady_malloc(config)
+    # Garbage collection off while timing, as `fastbptt bench` and timeit have it (it
+    # would fall on the peers that make the most Python objects, the autograd loops)
+    config.option.benchmark_disable_gc = True
     # A peer that disagrees with fastbptt fails before it is timed; pytest-benchmark then
     # warns that the fixture went unused, which warnings-as-errors would turn into an error.
     config.addinivalue_line(
