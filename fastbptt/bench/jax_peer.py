@@ -6,10 +6,12 @@ The loss gathers Uᵀ's rows for the token ids, runs ``lax.scan`` over time, pro
 V and sums the log_softmax cross-entropy; a call blocks until the gradients are ready.
 
 Threads. JAX sizes its CPU thread pool once, when it starts. For n threads on a machine
-with more cores, the bench sets ``XLA_FLAGS`` (only if the user has not) to the flags
-JAX's issue #743 suggests, and starts JAX with the process's CPU affinity narrowed to n
-CPUs, restoring it right after: with JAX 0.10 the flags alone still let a matrix product
-use every core (process CPU time twice the wall time on 2 cores), the affinity does not.
+with more cores, the bench sets ``XLA_FLAGS`` (only if the user has not) to the flag of
+JAX's issue #743 for one thread, and starts JAX with the process's CPU affinity narrowed
+to n CPUs, restoring it right after: with JAX 0.10 the flag alone still lets a matrix
+product use every core (process CPU time twice the wall time on 2 cores), the affinity
+does not. (That issue's second flag, ``intra_op_parallelism_threads=1``, is
+TensorFlow's; XLA ignores a flag written without its ``--``, and fails on it with one.)
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from .peers import Call
 
 __all__ = ["unavailable", "set_threads", "make", "start", "pool", "XLA_ONE_THREAD"]
 
-XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
 _STATE = {"threads": None, "started_with": None}
 
 
