@@ -1,9 +1,11 @@
-"""Exact backpropagation-through-time gradients for Elman RNNs, from Numba kernels.
+"""Exact backpropagation-through-time gradients for recurrent networks (Elman, LSTM and
+GRU cells, stacks, both directions), from Numba kernels.
 
 ``fastbptt.grad(x, y, params)`` returns the gradients of the summed loss of the model
-h_t = f(U x_t + W h_{t-1} + b), o_t = V h_t + c, with optional truncation, in the
-structure of ``params``. `fastbptt.reference` computes the same numbers with readable
-NumPy loops.
+h_t = f(U x_t + W h_{t-1} + b), o_t = V h_t + c (or a gated cell's h_t, SPEC.md §6),
+with optional truncation, in the structure of ``params``; `fastbptt.layer` gives the
+recurrence alone with its vector-Jacobian product, under any loss. `fastbptt.reference`
+computes the same numbers with readable NumPy loops.
 
 For training loops: `fastbptt.optim` (SGD, Adagrad, Adam, updating params in place),
 `clip_grads`, `fastbptt.text` (a character codec and a stream batcher for chunked training),

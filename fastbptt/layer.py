@@ -11,11 +11,13 @@ weights, of dense inputs, and of the initial state::
     r = back(np.zeros_like(out.h), dh_final)
     r.grads.U, r.grads.W, r.grads.b, r.dx, r.dh0
 
-``back`` may be called any number of times. It keeps the forward pass's states, and the
-inputs it needs (a reordered copy for reverse directions), in arrays of its own: about
-(T + 1) B H numbers per layer and direction, plus the dense inputs' T B L. Later calls
-of other fastbptt functions do not change them. The params are not copied: ``back``
-reads them as they are when it runs, so change them (an optimizer step) only after it.
+``back`` may be called any number of times. It keeps the forward pass's states, and what
+else it needs, in arrays of its own: about (T + 1) B H numbers per layer and direction,
+plus the gates of a gated cell, a copy of dense inputs (reordered for reverse directions)
+and padded copies of W, one to two times its size. Later calls of other fastbptt
+functions do not change them. The other params are not copied: ``back`` reads them as
+they are when it runs, so change them (an optimizer step) only after it; a change in
+between gives the gradients of neither the old values nor the new.
 `fastbptt.bptt` is the output layer of SPEC.md §1 on top of the same engine.
 """
 from __future__ import annotations
@@ -239,7 +241,8 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
         LSTM's last cell state, likewise (None for other cells).
     back : callable
         ``back(dh, dh_final=None, dc_final=None)`` -> `LayerGrads`. It reads the params
-        as they are when it runs: change them (an optimizer step) only after it.
+        it has not copied as they are when it runs: change them (an optimizer step) only
+        after it.
     """
     problem = prepare_layer(x, params, cell=cell, activation=activation, h0=h0, c0=c0,
                             lengths=lengths, reverse=reverse, truncate=truncate, stride=stride,

@@ -91,9 +91,10 @@ def measure_turns(calls, repeat=50, budget=2.0, rounds=5, warmup=1, enter=None):
     fewer than 3 or `repeat` if smaller). The shares run in `rounds` rounds; in each round
     every fn in turn (the order rotating from round to round) makes `warmup` untimed
     calls, which bring its data back into the caches the others used, then its part of
-    the share back to back. A machine whose speed drifts during the run (other tenants on
-    the host, clock changes) then slows every implementation alike, and each is timed
-    with its data in cache, as in a training loop.
+    the share back to back; in the first round, which follows the sizing calls, only the fns
+    of ``enter`` make them. A machine whose speed drifts during the run (other tenants on
+    the host, clock changes) then slows every implementation alike, and from the second
+    round on each is timed with its data in cache, as in a training loop.
 
     ``enter``, a {name: fn} for some of the names, is called untimed before each of that
     name's turns, e.g. to set the thread count it runs with; each such turn then starts

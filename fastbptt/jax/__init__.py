@@ -11,7 +11,7 @@ Python (validation, workspace, layout choices); an FFI handler is a C function w
 XLA's call frame, and reaching Python from one would mean a C shim that takes the GIL,
 i.e. a callback again, plus a compiled extension to build and ship. ``pure_callback``
 passes the operands to the host function and copies its results into XLA's buffers; the
-README gives the cost (about 0.5 ms per forward and backward of a B 32, T 100, H 128
+README gives the cost (about 0.9 ms per forward and backward of a B 32, T 100, H 128
 layer, the copies of B T H numbers in and out included).
 
 Residuals: the forward rule's callback runs `fastbptt.layer.vjp` and keeps its ``back``
