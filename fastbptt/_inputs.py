@@ -450,7 +450,7 @@ def _stack_truncation(checked, truncate, stride, reverse):
         return
     layers, D = len(checked.model.layers), len(checked.model.layers[0])
     if D == 2 or reverse:
-        what = "a bidirectional stack" if D == 2 else "reverse=True"
+        what = "bidirectional layers" if D == 2 else "reverse=True"
         raise ValueError(f"truncate={truncate} is not supported with {what}: truncation "
                          "counts steps back from each output in the forward direction only; "
                          "pass truncate=None (full BPTT) for a reverse direction")

@@ -499,7 +499,7 @@ MODEL_BAD_CALLS = [
      ValueError, ("truncate=3 with stride=2 (a window per output) is not supported on a "
                   "stack of 2 layers",)),
     ("chunks on a bidirectional stack", bptt_call(LSTM2, truncate=2, stride=2), ValueError,
-     ("truncate=2 is not supported with a bidirectional stack", "pass truncate=None")),
+     ("truncate=2 is not supported with bidirectional layers", "pass truncate=None")),
     ("truncation of a reverse layer", vjp_call(GRU_LAYER, reverse=True, truncate=2, stride=2),
      ValueError, ("truncate=2 is not supported with reverse=True", "pass truncate=None")),
     ("reverse=True for a stack", vjp_call(layers(ELMAN2), reverse=True), ValueError,
