@@ -147,6 +147,17 @@ def test_float32_only_forms(name):
     assert worst_sub <= np.finfo(np.float32).tiny, name
 
 
+def test_sigmoid_fast32_of_a_gate_saturated_beyond_exp32s_range_is_zero():
+    """Below -88.37, where exp32(-x) is clamped, the gates' sigmoid stayed at 4.2e-39 for
+    every x down to -inf, so a gate saturated that far kept a derivative: 0 where the
+    exact value is below that, NaN still NaN."""
+    x = np.array([-88.3, -88.5, -100.0, -1e30, -np.inf, np.nan], np.float32)
+    got = _each(sigmoid_fast32, x)
+    assert got[0] == pytest.approx(sigmoid64(-88.3), rel=1e-5)      # a subnormal, kept
+    np.testing.assert_array_equal(got[1:5], 0)
+    assert np.isnan(got[5])
+
+
 def test_exp32_top_of_range_is_finite():
     """Up to the clamp, 2^k stays a normal float32: exp32(88.7) is exp(88.37), not inf."""
     got = _each(exp32, np.array([88.3, 88.37, 88.7, 1e30], np.float32))
