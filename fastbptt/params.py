@@ -216,7 +216,9 @@ def leaf_shapes(input_size, hidden_size, output_size, *, cell="elman", num_layer
     names of `leaves` and in its order (which is the order they are drawn in)."""
     _check_model_args(input_size, hidden_size, output_size, cell, num_layers, bidirectional,
                       bias)
-    L, H, C = input_size, hidden_size, output_size
+    # Python ints: NumPy's fixed-width ones would wrap around in G H and in the caller's
+    # count of the parameters
+    L, H, C, num_layers = map(int, (input_size, hidden_size, output_size, num_layers))
     if cell == "elman" and num_layers == 1 and not bidirectional:
         shapes = {"U": (H, L), "W": (H, H), "V": (C, H)}
         if bias:

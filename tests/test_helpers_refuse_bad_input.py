@@ -198,6 +198,8 @@ def test_sizes_names_paths_and_numbers_beyond_floats_are_named(tmp_path):
         (lambda: fastbptt.init_params(3, 2**64, 3), ValueError,
          "more than memory can hold"),
         (lambda: leaf_shapes("a", 3, 2), TypeError, "input_size must be an int; got str"),
+        (lambda: fastbptt.init_params(*[np.int64(2**32)] * 3), ValueError,   # wrapped
+         "make 55,340,232,229,718,589,440 parameters, more than memory can hold"),
         (lambda: leaf_shapes(2, 3, 2, cell="foo"), ValueError, "unknown cell 'foo'"),
         (lambda: from_leaves({1: P.U}), LeafError, "unknown name 1"),
         (lambda: from_leaves(None), TypeError, "named must be a dict of arrays by name"),
@@ -223,6 +225,9 @@ def test_sizes_names_paths_and_numbers_beyond_floats_are_named(tmp_path):
     for call, error, words in calls:
         with pytest.raises(error, match=words):
             call()
+    # NumPy's int32 wrapped around in G H: an LSTM's W was (-1894967296, 600000000)
+    assert leaf_shapes(*np.int32([10, 600_000_000, 5]), cell="lstm")["layers.0.0.W"] == \
+        (2_400_000_000, 600_000_000)
     path = str(tmp_path / "a.txt")
     assert corpus.read_files(os.fsencode(path)).text == "hello there"
     both = corpus.read_files(p for p in (path, tmp_path / "a.txt"))
