@@ -37,6 +37,9 @@ def _numpy(value, name, converting):
     """A tensor (duck-typed) or array as a NumPy array; bfloat16, which NumPy lacks, as
     float32 (exactly) when ``converting`` to a dtype given."""
     if hasattr(value, "detach"):
+        if getattr(value, "is_meta", False):
+            raise TypeError(f"{name} is a tensor on the 'meta' device, which holds no "
+                            f"values; load or initialise the module's weights first")
         value = value.detach().cpu()
         if str(value.dtype) == "torch.bfloat16":
             if not converting:

@@ -273,6 +273,10 @@ def test_torch_dtypes_bfloat16_and_prefixed_keys():
     projected = torch.nn.LSTM(3, 4, proj_size=2).state_dict()
     with pytest.raises(ValueError, match="weight_hr_l.* proj_size > 0"):
         fastbptt.from_torch({"m." + k: v for k, v in projected.items()})
+    # weights on the meta device have no values (torch's NotImplementedError came out)
+    with pytest.raises(TypeError, match=r"rnn_state_dict\['weight_ih_l0'\] is a tensor on the "
+                                        r"'meta' device, which holds no values"):
+        fastbptt.from_torch(torch.nn.GRU(3, 4, device="meta").state_dict())
 
 
 def test_import_does_not_import_torch():
