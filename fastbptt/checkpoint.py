@@ -98,8 +98,17 @@ def _jsonable(value):
     return value
 
 
+def _numbers(name, value):
+    """``value`` as an array, as np.savez would save it (a list of numbers, a tensor)."""
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise CheckpointError(f"its {name} must be an array of numbers ({error})") from None
+
+
 def _arrays(ckpt):
-    arrays = {f"params.{k}": v for k, v in params_to_arrays(ckpt.params).items()}
+    arrays = {f"params.{k}": _numbers(f"params.{k}", v)
+              for k, v in params_to_arrays(ckpt.params).items()}
     optim_numbers = {}
     for key, value in ckpt.optimizer.items():
         if isinstance(value, np.ndarray):
@@ -109,11 +118,7 @@ def _arrays(ckpt):
     arrays["vocab"] = ckpt.codec.to_array()
     for key in ("hidden", "cell_state"):
         if getattr(ckpt, key) is not None:
-            try:                        # a list of numbers is saved as np.savez saves it
-                arrays[key] = np.asarray(getattr(ckpt, key))
-            except ValueError as error:
-                raise CheckpointError(f"its {key} must be an array of numbers ({error})") \
-                    from None
+            arrays[key] = _numbers(key, getattr(ckpt, key))
     for key, value in ckpt.history.items():
         arrays[f"history.{key}"] = np.asarray(value)
     meta = {"format": FORMAT, "step": int(ckpt.step), "rng_state": ckpt.rng_state,

@@ -324,6 +324,13 @@ def _no_head(ck):
     return ck.params._replace(V=None, c=None)
 
 
+class _Unreadable:
+    """An array-like whose values cannot be read (a tensor that requires grad, say)."""
+
+    def __array__(self, dtype=None, copy=None):
+        raise RuntimeError("no values here")
+
+
 @pytest.mark.parametrize("change,phrase", [
     (dict(step=-1), "'meta' step is -1"),
     (dict(rng_state=None), "'meta' 'rng_state' is a NoneType, not a dict"),
@@ -333,7 +340,9 @@ def _no_head(ck):
      "its history.loss holds Python objects"),
     (dict(options={"s": {1, 2}}), "must be JSON's kinds of values"),
     (dict(hidden=[[0.0] * 6, [0.0]]), "its hidden must be an array of numbers"),
-], ids=["step", "rng", "hidden", "no-head", "objects", "options", "ragged"])
+    (dict(params=lambda ck: ck.params._replace(W=_Unreadable())),
+     r"its params.W must be an array of numbers \(no values here\)"),
+], ids=["step", "rng", "hidden", "no-head", "objects", "options", "ragged", "unreadable"])
 def test_save_refuses_what_load_would_and_keeps_the_file_there(trainer, tmp_path, change,
                                                                phrase):
     """save wrote such checkpoints atomically over a good one, which load then refused."""
@@ -355,11 +364,17 @@ def test_save_refuses_what_load_would_and_keeps_the_file_there(trainer, tmp_path
 
 
 def test_states_given_as_lists_are_saved_as_arrays(trainer, tmp_path):
-    """np.savez saves a list as an array; save's checks before it took the list for one."""
+    """np.savez saves a list as an array; save's checks before it took the list for one
+    (and params of lists, which bptt takes, failed with an AttributeError)."""
     ck = trainer.checkpoint()
     path = checkpoint.save(tmp_path / "run.npz",
                            dataclasses.replace(ck, hidden=ck.hidden.tolist()))
     assert same(checkpoint.load(path), ck)
+    listed = ck.params._replace(**{k: v.tolist() for k, v in ck.params._asdict().items()
+                                   if v is not None})
+    path = checkpoint.save(tmp_path / "lists.npz", dataclasses.replace(ck, params=listed))
+    for k, v in checkpoint.load(path).params._asdict().items():
+        np.testing.assert_array_equal(v, getattr(ck.params, k))
 
 
 def test_any_bit_generators_state_is_saved(trainer, tmp_path):
