@@ -25,6 +25,7 @@ wrong.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import re
@@ -139,11 +140,28 @@ class _Entries(dict):
         return list(self)
 
 
+# A temporary file's name is ".NAME.PID.N.tmp": NAME takes at most this many bytes of the
+# 255 a name may have, beside a PID of up to 7 digits and N of up to 2
+_STEM_BYTES = 224
+
+
+def _stem(name):
+    """NAME of the temporary files beside checkpoint ``name``: the name itself, or, for a
+    name too long for the suffix, its beginning and a digest of the whole."""
+    if len(os.fsencode(name)) <= _STEM_BYTES:
+        return name
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
+    head = name
+    while len(os.fsencode(head)) > _STEM_BYTES - len(digest) - 1:
+        head = head[:-1]
+    return f"{head}~{digest}"
+
+
 def _new_file(folder, name):
-    """A new, empty temporary file in ``folder`` (created with mode 0o666, which the
-    umask reduces, as for any new file): (descriptor, path)."""
+    """A new, empty temporary file in ``folder`` for checkpoint ``name`` (created with
+    mode 0o666, which the umask reduces, as for any new file): (descriptor, path)."""
     for attempt in range(100):
-        path = os.path.join(folder, f".{name}.{os.getpid()}.{attempt}.tmp")
+        path = os.path.join(folder, f".{_stem(name)}.{os.getpid()}.{attempt}.tmp")
         try:
             return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
         except FileExistsError:
@@ -161,7 +179,7 @@ def remove_stale_temporaries(path):
         return 0
     target = os.path.realpath(os.fspath(path))
     folder, name = os.path.split(target)
-    pattern = re.compile(rf"\.{re.escape(name)}\.(\d+)\.\d+\.tmp")
+    pattern = re.compile(rf"\.{re.escape(_stem(name))}\.(\d+)\.\d+\.tmp")
     try:
         entries = os.listdir(folder)
     except OSError:

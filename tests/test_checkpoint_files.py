@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from checkpoint_edits import edit_meta, rewrite
+from pids import NO_PROCESS
 from fastbptt import checkpoint
 from fastbptt.checkpoint import CheckpointError
 from fastbptt.text import Codec
@@ -102,6 +103,28 @@ def test_a_failed_save_leaves_the_last_good_checkpoint(trainer, tmp_path, monkey
         checkpoint.save(path, dataclasses.replace(trainer.checkpoint(), step=99))
     monkeypatch.undo()
     assert path.read_bytes() == before and os.listdir(tmp_path) == ["keep.npz"]
+
+
+def test_a_name_that_leaves_no_room_for_the_temporary_files_suffix_is_saved(trainer,
+                                                                           tmp_path):
+    """A checkpoint name of 241 to 255 bytes is a valid name, but its temporary file's,
+    ".NAME.PID.N.tmp", was not: save failed, and check_target blamed the folder. The
+    temporary name now shortens it, and the files that killed saves left are still found
+    by it."""
+    path = tmp_path / ("é" * 123 + ".npz")                  # 250 bytes
+    checkpoint.check_target(path)
+    trainer.save(path)
+    assert os.listdir(tmp_path) == [path.name]
+    assert checkpoint.load(path).step == trainer.checkpoint().step
+    stale = [tmp_path / n for n in os.listdir(tmp_path)]
+    fd, tmp = checkpoint._new_file(str(tmp_path), path.name)
+    os.close(fd)
+    assert len(os.fsencode(os.path.basename(tmp))) <= 255
+    dead = os.path.join(str(tmp_path), os.path.basename(tmp).replace(f".{os.getpid()}.",
+                                                                     f".{NO_PROCESS}."))
+    os.rename(tmp, dead)                              # as a process no longer running left it
+    assert checkpoint.remove_stale_temporaries(path) == 1
+    assert [tmp_path / n for n in os.listdir(tmp_path)] == stale
 
 
 def test_check_target_creates_nothing_and_names_the_problem(tmp_path):
