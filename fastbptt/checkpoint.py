@@ -140,14 +140,15 @@ class _Entries(dict):
         return list(self)
 
 
-# A temporary file's name is ".NAME.PID.N.tmp": NAME takes at most this many bytes of the
+# The files beside a checkpoint are ".NAME.PID.N.tmp" (a save's) and ".NAME.lock" (the
+# run's claim, `fastbptt._checkpoint_claim`): NAME takes at most this many bytes of the
 # 255 a name may have, beside a PID of up to 7 digits and N of up to 2
 _STEM_BYTES = 224
 
 
-def _stem(name):
-    """NAME of the temporary files beside checkpoint ``name``: the name itself, or, for a
-    name too long for the suffix, its beginning and a digest of the whole."""
+def sibling_stem(name):
+    """NAME of the files beside checkpoint ``name``: the name itself, or, for a name too
+    long for their suffixes, its beginning and a digest of the whole."""
     if len(os.fsencode(name)) <= _STEM_BYTES:
         return name
     digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
@@ -161,7 +162,7 @@ def _new_file(folder, name):
     """A new, empty temporary file in ``folder`` for checkpoint ``name`` (created with
     mode 0o666, which the umask reduces, as for any new file): (descriptor, path)."""
     for attempt in range(100):
-        path = os.path.join(folder, f".{_stem(name)}.{os.getpid()}.{attempt}.tmp")
+        path = os.path.join(folder, f".{sibling_stem(name)}.{os.getpid()}.{attempt}.tmp")
         try:
             return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
         except FileExistsError:
@@ -179,7 +180,7 @@ def remove_stale_temporaries(path):
         return 0
     target = os.path.realpath(os.fspath(path))
     folder, name = os.path.split(target)
-    pattern = re.compile(rf"\.{re.escape(_stem(name))}\.(\d+)\.\d+\.tmp")
+    pattern = re.compile(rf"\.{re.escape(sibling_stem(name))}\.(\d+)\.\d+\.tmp")
     try:
         entries = os.listdir(folder)
     except OSError:

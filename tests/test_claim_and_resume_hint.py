@@ -27,6 +27,18 @@ def test_a_claim_holds_when_the_disk_cannot_take_the_holders_process_id(tmp_path
     assert not os.path.exists(_checkpoint_claim.lock_path(str(path)))
 
 
+@pytest.mark.skipif(os.name != "posix", reason="claims are flock's, POSIX only")
+def test_a_checkpoint_name_too_long_for_the_lock_files_suffix_is_claimed(tmp_path):
+    """.NAME.lock of a 250-byte NAME is no valid name: the run went on unclaimed, and a
+    second run on the same checkpoint was not stopped."""
+    path = str(tmp_path / ("m" * 246 + ".npz"))
+    with _checkpoint_claim.claimed(path):
+        assert os.path.exists(_checkpoint_claim.lock_path(path))
+        with pytest.raises(Exception, match="is being written by another fastbptt train"):
+            with _checkpoint_claim.claimed(path):
+                pass
+
+
 @pytest.mark.parametrize("path", ["run.npz", "sp ace.npz", "it's.npz", "a;b.npz"])
 def test_the_resume_command_reads_back_as_its_path(path):
     hint = resume_hint(path, again="--steps 1500")
