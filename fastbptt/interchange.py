@@ -66,14 +66,20 @@ def _state_dict(value, what, converting):
     return {str(k): _numpy(v, f"{what}[{k!r}]", converting) for k, v in value.items()}
 
 
-def _dtype(arrays, dtype):
-    """The dtype of the result: ``dtype``, or the one the arrays share."""
+def _dtype(named, dtype):
+    """The dtype of the result: ``dtype``, or the one the arrays of ``named`` (name ->
+    array) share."""
     if dtype is None:
-        found = {a.dtype for a in arrays}
-        if len(found) != 1 or next(iter(found)) not in FLOAT_DTYPES:
-            raise TypeError(f"the state dicts hold {', '.join(sorted(map(str, found)))}; "
-                            "pass dtype=np.float32 or np.float64 to convert them")
-        return found.pop()
+        found = {}
+        for name, a in named.items():
+            found.setdefault(str(a.dtype), []).append(name)
+        if len(found) != 1 or np.dtype(next(iter(found))) not in FLOAT_DTYPES:
+            held = "; ".join(f"{kind} ({', '.join(names[:3])}"
+                             f"{f' and {len(names) - 3} more' if len(names) > 3 else ''})"
+                             for kind, names in sorted(found.items()))
+            raise TypeError(f"the state dicts hold {held}; pass dtype=np.float32 or "
+                            f"np.float64 to convert them")
+        return named[next(iter(named))].dtype
     if str(dtype).startswith("torch."):            # torch.float32 names NumPy's float32
         dtype = str(dtype)[len("torch."):]
     try:
@@ -182,7 +188,7 @@ def from_torch(rnn_state_dict, head_state_dict=None, *, dtype=None):
     head = None if head_state_dict is None else _state_dict(head_state_dict, "head_state_dict",
                                                             converting)
     num_layers, D, bias = _keys(state)
-    dtype = _dtype(list(state.values()) + list((head or {}).values()), dtype)
+    dtype = _dtype({**state, **{f"head {k}": v for k, v in (head or {}).items()}}, dtype)
     W0 = state["weight_hh_l0"]
     rows, H = W0.shape if W0.ndim == 2 else (0, 0)
     cell = next((name for name, g in CELLS.items() if H and rows == g * H), None)

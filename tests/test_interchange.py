@@ -230,7 +230,9 @@ def test_bad_heads_and_kinds():
         fastbptt.from_torch({**sd, "weight_ih_l0": np.float64(1.0)})
     with pytest.raises(TypeError, match="state dict"):
         fastbptt.from_torch([("weight_ih_l0", np.zeros((2, 3)))])
-    with pytest.raises(TypeError, match="pass dtype"):
+    with pytest.raises(TypeError, match=r"the state dicts hold float32 \(weight_ih_l0\); "
+                                        r"float64 \(weight_hh_l0, bias_ih_l0, bias_hh_l0\); "
+                                        r"pass dtype"):
         fastbptt.from_torch({**sd, "weight_ih_l0": sd["weight_ih_l0"].astype(np.float32)})
     with pytest.raises(TypeError, match="must hold floats"):
         fastbptt.from_torch({**sd, "weight_ih_l0": np.zeros((2, 3), int)})
