@@ -580,7 +580,7 @@ def _pinning_hooks():
 
 @pytest.mark.parametrize("hooks", [_copying_hooks, _pinning_hooks], ids=["clone", "pinned"])
 @pytest.mark.parametrize("cell", CELLS)
-def test_weights_changed_in_place_under_hooks_that_copy_get_the_forward_passs_gradients(
+def test_weights_changed_in_place_under_hooks_that_copy_get_the_read_weights_gradients(
         cell, hooks):
     """Under hooks that pack copies, autograd checks no version, and a native module's
     backward pass reads its saved copies of the weights: changed in place before it (an
@@ -629,6 +629,12 @@ def test_checkpointing_still_frees_the_layers_states_after_the_forward_pass():
                for g, w in zip(leaves(bridge.parameters()), leaves(native.parameters())))
     with torch.autograd.graph.saved_tensors_hooks(lambda t: t.clone(), lambda t: t):
         assert bridge(x)[0].grad_fn.fastbptt_back is not None
+    # hooks that hand the holder back as saved (save_on_cpu's, for a CPU tensor): the
+    # states go with it after the backward pass, not with the graph
+    with torch.autograd.graph.save_on_cpu(pin_memory=False):
+        out = bridge(x)[0]
+    out.square().sum().backward()
+    assert out.grad_fn.fastbptt_back is None
 
 
 def test_torch_export_is_refused_in_a_sentence_and_compile_still_works():

@@ -153,7 +153,10 @@ class _Layers(torch.autograd.Function):
         holder = torch.empty(0)
         holder.fastbptt_back = back
         ctx.fastbptt_back = back if hooked else None
-        ctx.save_for_backward(holder, *_read_back(cfg, weights, ctx.needs_input_grad[1]))
+        # the weights are saved for autograd's check of their versions, which it makes
+        # only where no hooks are (under hooks, `back` has copies of them)
+        ctx.save_for_backward(holder, *(() if hooked else
+                                        _read_back(cfg, weights, ctx.needs_input_grad[1])))
         ctx.set_materialize_grads(False)
         return _outputs(cfg, out)
 
@@ -165,7 +168,10 @@ class _Layers(torch.autograd.Function):
                 "(create_graph=True, e.g. a gradient penalty) is not supported; use "
                 "torch.nn.RNN/GRU/LSTM for that")
         holder = ctx.saved_tensors[0]       # raises if a weight changed since forward
-        back = getattr(holder, "fastbptt_back", None) or ctx.fastbptt_back
+        back = getattr(holder, "fastbptt_back", None)
+        if back is not None:
+            ctx.fastbptt_back = None        # the hooks handed the holder back: it goes with it
+        back = back or ctx.fastbptt_back
         if back is None:
             raise RuntimeError(
                 "fastbptt.torch lost the layer's forward state: a saved-tensors hook packed "
