@@ -14,10 +14,11 @@ weights, of dense inputs, and of the initial state::
 ``back`` may be called any number of times. It keeps the forward pass's states, and what
 else it needs, in arrays of its own: about (T + 1) B H numbers per layer and direction,
 plus the gates of a gated cell, a copy of dense inputs (reordered for reverse directions)
-and padded copies of W, one to two times its size. Later calls of other fastbptt
-functions do not change them. The other params are not copied: ``back`` reads them as
-they are when it runs, so change them (an optimizer step) only after it; a change in
-between gives the gradients of neither the old values nor the new.
+and, on most paths, padded copies of W, one to two times its size. Later calls of other
+fastbptt functions do not change them. The params it has not copied (U and the biases,
+and W on some paths, such as narrow batches of gated cells) ``back`` reads as they are
+when it runs, so change them (an optimizer step) only after it; a change in between
+gives the gradients of neither the old values nor the new.
 `fastbptt.bptt` is the output layer of SPEC.md §1 on top of the same engine.
 """
 from __future__ import annotations

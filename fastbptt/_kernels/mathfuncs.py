@@ -123,7 +123,7 @@ def exp32(x):
 @jit(inline="always")
 def sigmoid_fast32(x):
     """1 / (1 + exp(-x)) in float32 arithmetic (`exp32`), within a few ulp; 0 below
-    -88.37, where exp32(-x) is clamped (the exact value is below 3.8e-39), so that a
+    -88.37, where exp32(-x) is clamped (the exact value is at most 4.2e-39), so that a
     gate saturated that far has the derivative 0, as libm's sigmoid gives it."""
     return _ONE / (_ONE + exp32(-x)) * np.float32(x >= -_EXP_HI)
 
