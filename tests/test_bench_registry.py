@@ -332,3 +332,18 @@ def test_a_bridge_step_is_timed_only_after_its_gradients_agree(monkeypatch, step
     with pytest.raises(AssertionError, match=f"{step_name}: the gradient of rnn.weight_ih_l0 "
                                              "differs from the native one by 0.01 of"):
         bridge_steps.check_agreement(step, calls)
+
+
+@pytest.mark.parametrize("step_name", ["T4", "T5"])
+def test_a_jax_step_checks_each_weights_gradient_by_name(monkeypatch, step_name):
+    pytest.importorskip("jax")
+    from fastbptt.bench import bridge_steps
+    step = bridge_steps.STEPS[step_name]
+    monkeypatch.setitem(WORKLOADS, step.workload, tiny(step.workload))
+    calls = bridge_steps.make(step)[0]
+    bridge_steps.check_agreement(step, calls)
+    assert set(calls["fastbptt"].gradients()) == {"U", "W", "V"}
+    right = calls["fastbptt"].gradients
+    calls["fastbptt"].gradients = lambda: {**right(), "W": right()["W"] * 1.01}
+    with pytest.raises(AssertionError, match=f"{step_name}: the gradient of W differs"):
+        bridge_steps.check_agreement(step, calls)

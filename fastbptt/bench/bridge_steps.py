@@ -85,7 +85,7 @@ def check_agreement(step, calls, rel=1e-4):
     and every parameter's gradient (relative to its largest entry) agree within ``rel``:
     AssertionError naming the first that does not."""
     losses = [calls[side]() for side in ("native", "fastbptt")]
-    if abs(losses[1] - losses[0]) > rel * abs(losses[0]):
+    if not abs(losses[1] - losses[0]) <= rel * abs(losses[0]):          # NaN fails
         raise AssertionError(f"{step.name}: first-step loss {losses[1]} (fastbptt) vs "
                              f"{losses[0]} (native) differ by more than {rel:g} relative")
     want, got = calls["native"].gradients(), calls["fastbptt"].gradients()
