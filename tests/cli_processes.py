@@ -29,10 +29,11 @@ def env(**changes):
 
 
 # `python -m fastbptt` in a process that limits its own address space first (a
-# preexec_fn would fork the test process, which JAX, imported by other tests, warns of)
-LIMITED = ("import resource, runpy\n"
+# preexec_fn would fork the test process, which JAX, imported by other tests, warns of):
+# the limit holds across exec
+LIMITED = ("import os, resource, sys\n"
            "resource.setrlimit(resource.RLIMIT_AS, ({0}, {0}))\n"
-           "runpy.run_module('fastbptt', run_name='__main__', alter_sys=True)\n")
+           "os.execv(sys.executable, [sys.executable, '-m', 'fastbptt', *sys.argv[1:]])\n")
 
 
 def start(args, cwd, memory=None, **env_changes):
