@@ -18,9 +18,12 @@ new file gets (0o666 less the umask); a file that is replaced keeps its permissi
 path that is a symbolic link has its target replaced, and the link is kept.
 
 Reading: zip's CRC-32 covers every entry, and every entry is checked for its kind,
-type and shape, so a truncated file, a flipped byte, a foreign ``.npz`` or missing or
-mistyped entries raise `CheckpointError` (a ValueError) saying which file and what is
-wrong.
+type and number of dimensions, so a truncated file, a flipped byte, a foreign ``.npz``
+or missing or mistyped entries raise `CheckpointError` (a ValueError) saying which file
+and what is wrong. Whether the arrays make one model (each shape, dtype, the states'
+and the optimizer buffers' shapes) is checked where they are used: by ``fastbptt train
+--resume`` and ``fastbptt sample`` when they read a checkpoint, and by any call given
+the params.
 """
 from __future__ import annotations
 
