@@ -349,7 +349,7 @@ def _meta(data):
     meta = json.loads(str(raw))
     if not isinstance(meta, dict):
         raise CheckpointError("'meta' is not a JSON object")
-    if meta.get("format") not in READABLE:
+    if isinstance(meta.get("format"), bool) or meta.get("format") not in READABLE:
         raise CheckpointError(f"format {meta.get('format')!r} is not one this version reads "
                               f"({', '.join(map(str, READABLE))})")
     kinds = {"step": int, "rng_state": dict, "options": dict, "optimizer": dict,

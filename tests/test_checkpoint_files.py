@@ -203,6 +203,8 @@ DAMAGE = [
     ("meta a list", lambda a: a.update({"meta": np.array("[1, 2]")}), "not a JSON object"),
     ("numeric meta", lambda a: a.update({"meta": np.arange(3)}), "not a JSON string"),
     ("format 7", edit_meta(lambda m: m.update(format=7)), "format 7 is not one this version reads"),
+    ("format true", edit_meta(lambda m: m.update(format=True)),     # read as format 1
+     "format True is not one this version reads"),
     ("no step", edit_meta(lambda m: m.pop("step")), "'meta' has no 'step'"),
     ("step a string", edit_meta(lambda m: m.update(step="3")), "'step' is a str, not a int"),
     ("negative step", edit_meta(lambda m: m.update(step=-2)), "'meta' step is -2"),
