@@ -220,8 +220,11 @@ def from_torch(rnn_state_dict, head_state_dict=None, *, dtype=None):
     if head is not None:
         extra = sorted(set(head) - {"weight", "bias"})
         if extra or "weight" not in head:
+            found = sorted({k[:-len("weight")] for k in head if k.endswith(".weight")})
+            hint = (f": pass the Linear's own, e.g. {{k[{len(found[0])}:]: v for k, v in "
+                    f"sd.items() if k.startswith({found[0]!r})}}" if len(found) == 1 else "")
             raise ValueError(f"head_state_dict must be an nn.Linear's: 'weight' and optionally "
-                             f"'bias'; got keys {sorted(head)}")
+                             f"'bias'; got keys {sorted(head)}{hint}")
         weight = head["weight"]
         if weight.ndim != 2 or not weight.shape[0]:
             raise ValueError(f"head_state_dict weight must be (output_size, {H * D}) with "

@@ -210,8 +210,12 @@ def test_a_mistyped_layer_number_is_reported_not_enumerated():
 
 def test_bad_heads_and_kinds():
     sd = _state()
-    with pytest.raises(ValueError, match="nn.Linear's"):
+    with pytest.raises(ValueError, match=r"nn.Linear's: .* got keys \['extra', 'weight'\]$"):
         fastbptt.from_torch(sd, {"weight": np.zeros((C, H)), "extra": np.zeros(1)})
+    with pytest.raises(ValueError, match=r"got keys \['fc.bias', 'fc.weight'\]: pass the "
+                                         r"Linear's own, e.g. \{k\[3:\]: v for k, v in "
+                                         r"sd.items\(\) if k.startswith\('fc.'\)\}"):
+        fastbptt.from_torch(sd, {"fc.weight": np.zeros((C, H)), "fc.bias": np.zeros(C)})
     with pytest.raises(ValueError, match=r"head_state_dict \(an nn.Linear over the top layer's "
                                          r"2 outputs\) weight must have shape \(4, 2\)"):
         fastbptt.from_torch(sd, {"weight": np.zeros((C, 3))})
