@@ -58,7 +58,8 @@ def _norm_parts(arrays):
                 scaled = flat.astype(np.float64) / top
                 parts.append((top, float(np.dot(scaled, scaled))))
                 continue
-        parts.append((1.0, part))
+        if part != 0.0:                 # all zeros: no part, whose top of 1 would scale
+            parts.append((1.0, part))   # the scaled parts of tiny entries down to 0
     top = max((t for t, _ in parts), default=1.0)
     total = 0.0
     for t, part in parts:               # inf or NaN parts as they are (0 * inf is NaN)

@@ -94,6 +94,17 @@ def test_the_norm_of_float64_gradients_whose_squares_overflow(big):
     np.testing.assert_allclose(floats.U, 0.5, rtol=1e-6)
 
 
+@pytest.mark.parametrize("tiny", [1e-200, 1e-160])
+def test_the_norm_of_tiny_float64_gradients_beside_a_zero_one(tiny):
+    """Squares below float64's normals are summed again scaled; an all-zero gradient
+    beside them scaled them back down to 0 (or lost their digits)."""
+    g = fastbptt.Params(np.full((4, 3), tiny), np.full((4, 4), tiny), np.zeros((3, 4)))
+    assert fastbptt.clip.global_norm(g) == pytest.approx(np.sqrt(28) * tiny, rel=1e-12)
+    norm = fastbptt.clip_grads(g, max_norm=tiny)
+    assert norm == pytest.approx(np.sqrt(28) * tiny, rel=1e-12)
+    np.testing.assert_allclose(g.U, tiny / np.sqrt(28), rtol=1e-12)
+
+
 def test_codec_decodes_only_its_own_ids():
     codec = Codec.from_text("hello world")
     assert codec.decode(codec.encode("low")) == "low" and codec.decode([]) == ""
