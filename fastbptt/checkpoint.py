@@ -27,6 +27,7 @@ the params.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -161,14 +162,19 @@ def sibling_stem(name):
     return f"{head}~{digest}"
 
 
-def _new_file(folder, name):
+def _new_file(folder, name, made=None):
     """A new, empty temporary file in ``folder`` for checkpoint ``name`` (created with
-    mode 0o666, which the umask reduces, as for any new file): (descriptor, path)."""
+    mode 0o666, which the umask reduces, as for any new file): (descriptor, path).
+    ``made``, a list, holds the path from just before the file is made, so that a caller
+    interrupted (Ctrl-C) before this returns can still remove it."""
+    made = [] if made is None else made
     for attempt in range(100):
         path = os.path.join(folder, f".{sibling_stem(name)}.{os.getpid()}.{attempt}.tmp")
+        made[:] = [path]
         try:
             return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
         except FileExistsError:
+            made.clear()                # another's
             continue
     raise FileExistsError(f"could not create a temporary file in {folder}")
 
@@ -318,8 +324,9 @@ def write_atomically(path, write):
         mode = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:
         mode = None                          # a new file: the umask decides
-    fd, tmp = _new_file(folder, os.path.basename(target))
+    made = []
     try:
+        fd, tmp = _new_file(folder, os.path.basename(target), made)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -327,9 +334,11 @@ def write_atomically(path, write):
         if mode is not None:
             os.chmod(tmp, mode)
         os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        made.clear()
+    except BaseException:               # Ctrl-C included: no temporary file stays
+        for tmp in made:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         raise
     _sync_folder(folder)
     return path

@@ -127,6 +127,27 @@ def test_a_name_that_leaves_no_room_for_the_temporary_files_suffix_is_saved(trai
     assert [tmp_path / n for n in os.listdir(tmp_path)] == stale
 
 
+@pytest.mark.parametrize("where", ["made", "written"])
+def test_ctrl_c_during_a_save_leaves_no_temporary_file(trainer, tmp_path, monkeypatch, where):
+    """A KeyboardInterrupt just after the temporary file was made (before the code that
+    removes it on failure) left it beside the checkpoint for good."""
+    path = tmp_path / "keep.npz"
+    trainer.save(path)
+    before = path.read_bytes()
+    make = checkpoint._new_file
+
+    def interrupted(*args, **kwargs):
+        if where == "made":
+            make(*args, **kwargs)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(checkpoint, "_new_file", interrupted) if where == "made" else \
+        monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save(path, dataclasses.replace(trainer.checkpoint(), step=99))
+    monkeypatch.undo()
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["keep.npz"]
+
+
 def test_check_target_creates_nothing_and_names_the_problem(tmp_path):
     (tmp_path / "file").write_text("x")
     checkpoint.check_target(tmp_path / "new" / "deeper" / "run.npz")
