@@ -181,8 +181,10 @@ class Mapping:
         release(self._claim)
         self._claim = None
 
-    def __reduce__(self):                   # a worker maps the same file
-        return Mapping, (self.layout, self.parts, self.path)
+    def where(self):
+        """What a worker maps the same file from, ``Mapping(*where)``: plain data, so that
+        a task's arguments, which the scheduler keeps in its log, hold no mapping."""
+        return self.layout, self.parts, self.path
 
 
 _YOUNG = 60                  # seconds
@@ -234,7 +236,8 @@ class _Block:
             self.flat, self.out = layout.empty(), None
             np.copyto(self.flat, flat)
         else:
-            mapping, index, path = shared
+            where, index, path = shared
+            mapping = Mapping(*where)
             self.flat, self.out = mapping.part(0), mapping.part(index + 1)
         self.block = CursorBlock(ids, rows, segment, recipe, layout.views(self.flat),
                                  carried, step)
@@ -750,7 +753,7 @@ class Workers:
                 blocks.futures.append(self.client.submit(
                     _Block, __version__, sent[0], r, segment, recipe, layout,
                     sent[2] if mapping is None else None, sent[1], step,
-                    None if mapping is None else (mapping, i, blocks.listener.path),
+                    None if mapping is None else (mapping.where(), i, blocks.listener.path),
                     actor=True,
                     workers=[address], allow_other_workers=False, pure=False))
             blocks.actors = self._created(blocks.futures, chosen)
@@ -779,6 +782,9 @@ class Workers:
                                 f"({type(error).__name__}: {error})"
                                 + (f"; they need fastbptt {__version__} installed ({EXTRA})"
                                    if install else "")) from None
+        except BaseException:           # Ctrl-C: the shared file and sockets go too
+            blocks.close()
+            raise
         self.placed = len(chosen)
         return blocks
 
