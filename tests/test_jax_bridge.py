@@ -1,6 +1,9 @@
 """fastbptt.jax against the same layers written as a ``lax.scan``, under ``jit``, in
 float64 (x64) and float32."""
 import collections
+import os
+import subprocess
+import sys
 import typing
 
 import numpy as np
@@ -628,3 +631,27 @@ def test_options_traced_by_jit_say_to_make_them_static():
         with pytest.raises(TypeError, match=rf"^{name} is a traced value .* static_argnames=\('{name}',\)"):
             jax.jit(fj.lstm)(p, x, **{name: value})
         jax.jit(fj.lstm, static_argnames=(name,))(p, x, **{name: value})     # static: runs
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_makes_keys_of_its_own():
+    """A fork copied the nonce of the kept states' keys: parent and child gave the same
+    keys, and a child's backward pass could take its own states for another's inputs.
+    (Run in a process of its own: JAX warns of a fork in a process that runs it.)"""
+    code = (
+        "import os, warnings\n"
+        "warnings.simplefilter('ignore')\n"
+        "from fastbptt.jax import _kept\n"
+        "_kept.keep('parent')\n"
+        "r, w = os.pipe()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os.write(w, repr((_kept.keep('child').tolist(), len(_kept._kept))).encode())\n"
+        "    os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "child, held = eval(os.read(r, 1000))\n"
+        "print(child[:2] != _kept.keep('parent').tolist()[:2], held)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "1"], run.stdout
