@@ -10,7 +10,14 @@ its socket, so the training process learns of a lost worker at once.
 Messages are pickles behind an 8-byte length. The training process's `Listener` takes
 one connection per block, each opened by the block (`connect`) and served on a thread of
 the worker (`serve`) that calls the block's handler with each message and sends back
-``("ok", result)`` or ``("error", exception)``.
+``("ok", result)`` or ``("error", exception)``, with the number the call gave it.
+
+A call cut short (Ctrl-C, which may land between any two statements) leaves nothing that
+stops the next: its replies come with their old number and are skipped, and a message
+is taken off the socket by one read of all its bytes, so none is ever half read. Each
+message starts with a mark: a read cut inside that one read (by a signal while the rest
+of a long message was on its way) leaves part of a message, whose bytes the next call
+does not take for a message's start: it raises `Closed` for that block.
 """
 from __future__ import annotations
 
@@ -29,7 +36,8 @@ from ._shm_claims import claim, release
 
 __all__ = ["Listener", "Closed", "connect", "serve"]
 
-HEADER = struct.Struct("<Q")
+HEADER = struct.Struct("<4sQ")          # the mark, then the pickle's length
+MARK = b"fbs\x01"
 
 
 class Closed(ConnectionError):
@@ -42,7 +50,15 @@ class Closed(ConnectionError):
 
 def _send(sock, message):
     payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(HEADER.pack(len(payload)) + payload)
+    sock.sendall(HEADER.pack(MARK, len(payload)) + payload)
+
+
+def _length(header):
+    """The pickle's length from a message's header; EOFError for bytes that are not one."""
+    mark, size = HEADER.unpack(header)
+    if mark != MARK:
+        raise EOFError
+    return size
 
 
 def _receive_exactly(sock, n):
@@ -57,8 +73,21 @@ def _receive_exactly(sock, n):
 
 
 def _receive(sock):
-    (size,) = HEADER.unpack(_receive_exactly(sock, HEADER.size))
-    return pickle.loads(_receive_exactly(sock, size))
+    return pickle.loads(_receive_exactly(sock, _length(_receive_exactly(sock, HEADER.size))))
+
+
+def _receive_whole(sock):
+    """`_receive` taking the message off the socket in one read: its header peeked, then
+    header and pickle read together. EOFError where the other end closed, or where the
+    bytes are not a message's start (the rest of one whose read was cut short)."""
+    head = sock.recv(HEADER.size, socket.MSG_PEEK | socket.MSG_WAITALL)
+    if len(head) < HEADER.size:
+        raise EOFError
+    n = HEADER.size + _length(head)
+    data = sock.recv(n, socket.MSG_WAITALL)
+    if len(data) < n:
+        raise EOFError
+    return pickle.loads(memoryview(data)[HEADER.size:])
 
 
 def connect(path, index):
@@ -88,11 +117,11 @@ def serve(sock, handle, name="fastbptt-steps"):
         with sock:
             while True:
                 try:
-                    message = _receive(sock)
+                    number, message = _receive(sock)
                 except (EOFError, OSError):
                     return
                 try:
-                    _send(sock, _reply(handle, message))
+                    _send(sock, (number, *_reply(handle, message)))
                 except OSError:
                     return
     thread = threading.Thread(target=loop, name=name, daemon=True)
@@ -119,7 +148,7 @@ class Listener:
             self.remove()
             raise
         self.socks = [None] * count
-        self.unread = []                # blocks whose last reply was not read
+        self.number = 0                 # of the last call
 
     def accept(self, timeout, alive=lambda: True):
         """Wait for every block's connection; TimeoutError after ``timeout`` seconds, or as
@@ -157,12 +186,12 @@ class Listener:
         """Each block's result of ``message``, in block order. `Closed` when a block's
         socket closes; ``check()`` is called every ``poll`` seconds while waiting (it
         raises to stop waiting). A block's exception is raised here, after every block
-        has answered."""
-        self._drain()
+        has answered; replies to earlier calls, cut short, are skipped."""
+        self.number += 1
+        number = self.number
         for i, sock in enumerate(self.socks):
             try:
-                self.unread.append(i)
-                _send(sock, message)
+                _send(sock, (number, message))
             except OSError:
                 raise Closed(i) from None
         replies = [None] * self.count
@@ -172,8 +201,9 @@ class Listener:
             if not ready and check is not None:
                 check()
             for fd in ready:
-                i = waiting.pop(fd)
-                replies[i] = self._read(i)
+                answered, *reply = self._read(waiting[fd])
+                if answered == number:
+                    replies[waiting.pop(fd)] = reply
         for status, result in replies:
             if status == "error":
                 raise result
@@ -181,16 +211,9 @@ class Listener:
 
     def _read(self, i):
         try:
-            reply = _receive(self.socks[i])
+            return _receive_whole(self.socks[i])
         except (EOFError, OSError):
             raise Closed(i) from None
-        self.unread.remove(i)
-        return reply
-
-    def _drain(self):
-        """Read the replies a call that was cut short left unread."""
-        for i in list(self.unread):
-            self._read(i)
 
     def close(self):
         for sock in self.socks:

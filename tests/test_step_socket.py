@@ -97,3 +97,56 @@ def test_accept_gives_up_when_a_block_never_connects():
     finally:
         sock.close()
         listener.close()
+
+
+@pytest.mark.parametrize("where", ["sent to one block", "a reply read"])
+def test_a_ctrl_c_between_any_two_statements_of_a_call_leaves_the_next_call_working(
+        monkeypatch, where):
+    """A KeyboardInterrupt after a message went to one block but not the other, or after
+    a reply was read but before it was counted: the next call waited for good for a
+    reply that was never to come (never asked for, or read already)."""
+    import fastbptt._step_socket as steps
+    listener, _, _ = open_blocks(2)
+    send, receive, cuts = steps._send, steps._receive_whole, []
+
+    def cut(real):
+        def call(*args):
+            out = real(*args)
+            if not cuts and threading.current_thread() is threading.main_thread():
+                cuts.append(1)          # (the blocks' threads send with it too)
+                raise KeyboardInterrupt
+            return out
+        return call
+    if where == "sent to one block":
+        monkeypatch.setattr(steps, "_send", cut(send))
+    else:
+        monkeypatch.setattr(steps, "_receive_whole", cut(receive))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            listener.call(("step", 1))
+        done = []
+        worker = threading.Thread(target=lambda: done.append(listener.call(("step", 2))),
+                                  daemon=True)
+        worker.start()
+        worker.join(10)
+        assert done == [[(0, (2,)), (1, (2,))]]
+    finally:
+        listener.close()
+
+
+def test_a_read_cut_inside_a_message_makes_the_next_call_say_the_block_is_closed():
+    """Part of a message left in the socket would be read as the next one's header: the
+    next call raises Closed for that block instead."""
+    import fastbptt._step_socket as steps
+    listener, _, _ = open_blocks(2)
+    try:
+        listener.call(("step", 1))
+        steps._send(listener.socks[1], ("sleep", 0))     # a message the block answers
+        time.sleep(0.2)
+        sock = listener.socks[1]
+        sock.recv(steps.HEADER.size + 3)                  # cut inside it
+        with pytest.raises(Closed) as closed:
+            listener.call(("step", 2))
+        assert closed.value.index == 1
+    finally:
+        listener.close()
