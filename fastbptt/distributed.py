@@ -452,6 +452,11 @@ class DaskBlocks:
             self.listener.close()
 
 
+def _closed(client):
+    """Whether ``client`` was closed (by its user, or by the Workers that made it)."""
+    return getattr(client, "status", None) in ("closing", "closed")
+
+
 def _count(name, value):
     """A count of workers: a positive int (not a bool), else TypeError or ValueError."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
@@ -548,6 +553,8 @@ class Workers:
         if not isinstance(client, _dask.Client):
             raise TypeError(f"client must be a dask.distributed.Client; got "
                             f"{type(client).__name__}")
+        if _closed(client):
+            raise ValueError("client is closed; give an open dask.distributed.Client")
         if want is not None:
             want = _count("want", want)
         self.client, self.cluster, self.want = client, cluster, want
@@ -682,6 +689,9 @@ class Workers:
     def addresses(self):
         """The workers in the cluster now, sorted; `NothingToSave` when the scheduler is
         gone (the client then knows no workers: KeyError; or it was closed)."""
+        if _closed(self.client):
+            raise NothingToSave("the run's Dask client is closed (by its owner, or by Dask "
+                                "after it lost the scheduler)")
         try:
             return sorted(self.client.scheduler_info()["workers"])
         except (KeyError, RuntimeError, OSError) as error:

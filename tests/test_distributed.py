@@ -189,6 +189,14 @@ def test_bad_worker_counts_and_clients_are_refused_naming_them(workers):
         distributed.Workers.connect(None)       # it started a default cluster of Dask's
     workers.limited(1).close()                  # closed the client it shares
     assert len(workers.addresses()) == 2
+    closed = distributed.Workers.local(1)
+    client = closed.client
+    later = distributed.Workers(client)
+    closed.close()
+    with pytest.raises(ValueError, match=r"^client is closed; give an open "):
+        distributed.Workers(client)
+    with pytest.raises(Exception, match=r"^the run's Dask client is closed \(by its owner"):
+        later.addresses()                       # said the scheduler no longer answered
     recipe = trainer("float64", "elman", 1)
     place = [recipe.train_ids, 2, recipe.recipe, recipe.params, recipe.carried, 0]
     for ids, error, phrase in ((recipe.train_ids + 0.5, TypeError, "ids must be an array of "
