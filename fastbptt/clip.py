@@ -112,5 +112,6 @@ def clip_grads(grads, *, max_norm=None, max_value=None):
                     a[...] = a / np.float64(top) * np.float64(max_norm / math.sqrt(total))
     if max_value is not None:
         for a in arrays:
-            np.clip(a, -max_value, max_value, out=a)
+            with np.errstate(over="ignore"):    # a bound beyond the dtype's range: inf
+                np.clip(a, -max_value, max_value, out=a)
     return norm

@@ -37,6 +37,15 @@ def test_clip_by_value_in_place_for_dicts_and_tuples():
     assert t[0][0, 0] == 1 and t[2][0, 0] == -1 and t[0].dtype == np.float32
 
 
+def test_a_value_bound_beyond_float32s_range_clips_without_a_warning():
+    """np.clip cast 1e300 to float32 and warned of the overflow, an error where warnings
+    are (the test suite's); the bound is inf there, as the cast gives."""
+    g = fastbptt.Params(np.full((1, 2), np.inf, np.float32), np.ones((1, 1), np.float32),
+                        np.full((1, 2), -3e38, np.float32))
+    fastbptt.clip_grads(g, max_value=1e300)
+    assert np.isposinf(g.U).all() and (g.V == np.float32(-3e38)).all()
+
+
 def test_both_modes_norm_first_then_value():
     g = grads_of([[30.0, 0.0]], [[40.0]], [[0.0]])            # norm 50
     assert fastbptt.clip_grads(g, max_norm=10.0, max_value=7.0) == pytest.approx(50.0)
