@@ -16,7 +16,7 @@ import errno
 import os
 
 from ._command_errors import CommandError
-from .checkpoint import sibling_stem
+from .checkpoint import LOCK_ROOM, sibling_stem
 
 __all__ = ["claimed", "lock_path"]
 
@@ -25,7 +25,7 @@ def lock_path(path):
     """The lock file of checkpoint ``path``: beside its target (a symbolic link's)."""
     target = os.path.realpath(path)
     folder, name = os.path.split(target)
-    return os.path.join(folder, f".{sibling_stem(name)}.lock")
+    return os.path.join(folder, f".{sibling_stem(name, LOCK_ROOM)}.lock")
 
 
 @contextlib.contextmanager

@@ -144,20 +144,24 @@ class _Entries(dict):
         return list(self)
 
 
-# The files beside a checkpoint are ".NAME.PID.N.tmp" (a save's) and ".NAME.lock" (the
-# run's claim, `fastbptt._checkpoint_claim`): NAME takes at most this many bytes of the
-# 255 a name may have, beside a PID of up to 7 digits and N of up to 2
-_STEM_BYTES = 224
+# The files beside a checkpoint are ".NAME.PID.N.tmp" (a save's; a PID of up to 7 digits,
+# N of up to 2) and ".NAME.lock" (the run's claim, `fastbptt._checkpoint_claim`), in the
+# 255 bytes a file's name may have
+TMP_ROOM, LOCK_ROOM = len(".4194304.99.tmp"), len(".lock")
 
 
-def sibling_stem(name):
-    """NAME of the files beside checkpoint ``name``: the name itself, or, for a name too
-    long for their suffixes, its beginning and a digest of the whole."""
-    if len(os.fsencode(name)) <= _STEM_BYTES:
+def sibling_stem(name, room):
+    """NAME of a file ".NAME" and ``room`` bytes more beside checkpoint ``name``: the name
+    itself where that fits, as it always was, else its beginning and a digest of the
+    whole."""
+    def size(stem):
+        return 1 + len(os.fsencode(stem)) + room
+
+    if size(name) <= 255:
         return name
     digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:16]
     head = name
-    while len(os.fsencode(head)) > _STEM_BYTES - len(digest) - 1:
+    while size(f"{head}~{digest}") > 255:
         head = head[:-1]
     return f"{head}~{digest}"
 
@@ -169,7 +173,8 @@ def _new_file(folder, name, made=None):
     interrupted (Ctrl-C) before this returns can still remove it."""
     made = [] if made is None else made
     for attempt in range(100):
-        path = os.path.join(folder, f".{sibling_stem(name)}.{os.getpid()}.{attempt}.tmp")
+        stem = sibling_stem(name, TMP_ROOM)
+        path = os.path.join(folder, f".{stem}.{os.getpid()}.{attempt}.tmp")
         made[:] = [path]
         try:
             return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
@@ -189,7 +194,7 @@ def remove_stale_temporaries(path):
         return 0
     target = os.path.realpath(os.fspath(path))
     folder, name = os.path.split(target)
-    pattern = re.compile(rf"\.{re.escape(sibling_stem(name))}\.(\d+)\.\d+\.tmp")
+    pattern = re.compile(rf"\.{re.escape(sibling_stem(name, TMP_ROOM))}\.(\d+)\.\d+\.tmp")
     try:
         entries = os.listdir(folder)
     except OSError:

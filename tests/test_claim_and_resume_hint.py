@@ -31,6 +31,8 @@ def test_a_claim_holds_when_the_disk_cannot_take_the_holders_process_id(tmp_path
 def test_a_checkpoint_name_too_long_for_the_lock_files_suffix_is_claimed(tmp_path):
     """.NAME.lock of a 250-byte NAME is no valid name: the run went on unclaimed, and a
     second run on the same checkpoint was not stopped."""
+    fits = str(tmp_path / ("m" * 240 + ".npz"))      # .NAME.lock has 255 bytes: as always
+    assert os.path.basename(_checkpoint_claim.lock_path(fits)) == f".{'m' * 240}.npz.lock"
     path = str(tmp_path / ("m" * 246 + ".npz"))
     with _checkpoint_claim.claimed(path):
         assert os.path.exists(_checkpoint_claim.lock_path(path))
