@@ -13,7 +13,8 @@ the worker (`serve`) that calls the block's handler with each message and sends 
 ``("ok", result)`` or ``("error", exception)``, with the number the call gave it.
 
 A call cut short (Ctrl-C, which may land between any two statements) leaves nothing that
-stops the next: its replies come with their old number and are skipped, and a message
+stops the next, its requests being a few bytes, which go out in one piece: its replies
+come with their old number and are skipped, and a message
 is taken off the socket by one read of all its bytes, so none is ever half read. Each
 message starts with a mark: a read cut inside that one read (by a signal while the rest
 of a long message was on its way) leaves part of a message, whose bytes the next call
@@ -103,8 +104,8 @@ def _reply(handle, message):
     try:
         return ("ok", handle(*message))
     except BaseException as error:      # sent back: the training process raises it
-        try:
-            pickle.dumps(error)
+        try:                            # (an exception whose __init__ takes other
+            pickle.loads(pickle.dumps(error))       # arguments pickles, and unpickles not)
         except Exception:
             error = RuntimeError(f"{type(error).__name__}: {error}")
         return ("error", error)

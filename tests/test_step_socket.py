@@ -11,6 +11,11 @@ import pytest
 from fastbptt._step_socket import Closed, Listener, connect, serve
 
 
+class TwoArguments(Exception):
+    def __init__(self, a, b):
+        super().__init__(f"{a} and {b}")
+
+
 class Block:
     def __init__(self, index):
         self.index, self.calls = index, []
@@ -19,6 +24,8 @@ class Block:
         self.calls.append((method, args, threading.current_thread().name))
         if method == "fail":
             raise ValueError(f"block {self.index} failed")
+        if method == "odd":
+            raise TwoArguments(self.index, "more")
         if method == "sleep":
             time.sleep(args[0])
         return self.index, args
@@ -55,6 +62,19 @@ def test_a_blocks_error_is_raised_here_and_the_next_call_works():
             listener.call(("fail",))
         assert [len(b.calls) for b in blocks] == [1, 1]       # every block was asked
         assert listener.call(("step", 1)) == [(0, (1,)), (1, (1,))]
+    finally:
+        listener.close()
+
+
+def test_an_error_that_pickles_but_does_not_unpickle_is_named_and_the_next_call_works():
+    """An exception whose __init__ takes other arguments than its args pickles, and fails
+    to unpickle: the reply's read raised that TypeError, and every later call read the
+    reply left behind and raised it again."""
+    listener, _, _ = open_blocks(2)
+    try:
+        with pytest.raises(RuntimeError, match="TwoArguments: 0 and more"):
+            listener.call(("odd",))
+        assert listener.call(("step", 3)) == [(0, (3,)), (1, (3,))]
     finally:
         listener.close()
 
