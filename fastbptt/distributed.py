@@ -742,16 +742,19 @@ class Workers:
         chosen = found[:min(len(found), batch, self.want or batch)]
         rows = split_rows(batch, len(chosen))
         layout = Layout(params)
+        small = np.uint8 if ids.max(initial=0) < 256 else np.int32
         mapping = Mapping.create(layout, len(chosen)) if self.shared else None
+        blocks = None
         try:
             blocks = DaskBlocks(self.client, chosen, rows, layout, mapping)
             blocks.stopped = lambda: self.stopped()     # as the command sets it, now or later
             flat = layout.pack(params, blocks._out)
         except BaseException:
-            if mapping is not None:
+            if blocks is not None:
+                blocks.close()              # the mapping and the listener's socket
+            elif mapping is not None:
                 mapping.remove()
             raise
-        small = np.uint8 if ids.max(initial=0) < 256 else np.int32
         try:
             for i, (address, r, (part, segment, state)) in enumerate(zip(
                     chosen, rows, block_args(ids, batch, rows, carried))):
