@@ -7,18 +7,19 @@ about 3 ms for two workers; a socket between the training process and each worke
 carries the same message in tens of microseconds. A worker's process that ends closes
 its socket, so the training process learns of a lost worker at once.
 
-Messages are pickles behind an 8-byte length. The training process's `Listener` takes
-one connection per block, each opened by the block (`connect`) and served on a thread of
-the worker (`serve`) that calls the block's handler with each message and sends back
-``("ok", result)`` or ``("error", exception)``, with the number the call gave it.
+Messages are pickles behind a 4-byte mark and an 8-byte length. The training process's
+`Listener` takes one connection per block, each opened by the block (`connect`) and
+served on a thread of the worker (`serve`) that calls the block's handler with each
+message and sends back ``("ok", result)`` or ``("error", exception)``, with the number
+the call gave it.
 
 A call cut short (Ctrl-C, which may land between any two statements) leaves nothing that
 stops the next, its requests being a few bytes, which go out in one piece: its replies
-come with their old number and are skipped, and a message
-is taken off the socket by one read of all its bytes, so none is ever half read. Each
-message starts with a mark: a read cut inside that one read (by a signal while the rest
-of a long message was on its way) leaves part of a message, whose bytes the next call
-does not take for a message's start: it raises `Closed` for that block.
+come with their old number and are skipped, and a message is taken off the socket by one
+read of all its bytes, so none is ever half read. A read cut inside that one read (by a
+signal while the rest of a long message was on its way) leaves part of a message, whose
+bytes, not starting with the mark, the next call does not take for a message: it raises
+`Closed` for that block.
 """
 from __future__ import annotations
 
