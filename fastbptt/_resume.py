@@ -39,6 +39,8 @@ def resumed_options(options_class, saved, given, path):
     absent = getattr(options_class, "ABSENT", {})
     fields = {f.name: saved.get(f.name, absent.get(f.name, f.default))
               for f in dataclasses.fields(options_class)}
+    if "momentum" in fields and fields.get("optimizer") != "sgd":
+        fields["momentum"] = 0.0    # a run of the Python API could save one it ignored
     try:
         options = options_class(**fields)
         options.check()

@@ -195,9 +195,6 @@ def _start(args, given, say, claims):
             options.check()
         except ValueError as error:
             raise UsageError(str(error)) from None
-        if given.get("momentum") and options.optimizer != "sgd":
-            raise UsageError(f"--momentum applies to --optimizer sgd only; --optimizer "
-                             f"{options.optimizer} has its own (leave --momentum out)")
     if args.plot is not None:                  # '' too: refused, as bench's
         _preflight.plot_file(args.plot)
     if resume is None:

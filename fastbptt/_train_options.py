@@ -89,8 +89,9 @@ class TrainOptions:
         return {"momentum": self.momentum} if self.optimizer == "sgd" else {}
 
     def check(self):
-        """ValueError naming the first option outside its range (`OPTION_RANGES`), a
-        stride longer than the window, or windows per output on a stack."""
+        """ValueError naming the first option outside its range (`OPTION_RANGES`),
+        momentum for an optimizer other than SGD, a stride longer than the window, or
+        windows per output on a stack."""
         import numpy as np
 
         from ._inputs import _full_bptt
@@ -105,6 +106,9 @@ class TrainOptions:
             raise ValueError(f"--activation {self.activation} applies to the Elman cell only; "
                              f"--cell {self.cell} has its own gates (leave --activation at "
                              "tanh)")
+        if self.momentum and self.optimizer != "sgd":
+            raise ValueError(f"--momentum applies to --optimizer sgd only; --optimizer "
+                             f"{self.optimizer} has its own (leave --momentum out)")
         k, s = self.window
         if s > k:
             raise ValueError(f"--stride {s} exceeds the window of {k} steps (--truncate, or "

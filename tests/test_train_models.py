@@ -130,6 +130,31 @@ def test_momentum_is_for_sgd_only(corpus, tmp_path, capsys, optimizer):
                      "--steps", "1")) == 0
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "adagrad"])
+def test_options_built_in_python_refuse_momentum_for_another_optimizer(optimizer):
+    with pytest.raises(ValueError, match=f"--momentum applies to --optimizer sgd only; "
+                                         f"--optimizer {optimizer} has its own"):
+        make("elman", 1, optimizer=optimizer, momentum=0.5)
+    make("elman", 1, optimizer=optimizer, momentum=0.0)
+
+
+def test_a_checkpoint_with_momentum_its_optimizer_ignored_resumes_as_without(corpus,
+                                                                             tmp_path):
+    """Such a checkpoint could be saved before options built in Python were checked for
+    it; its run went on without momentum, and so does the resumed one."""
+    plain, odd = tmp_path / "plain.npz", tmp_path / "odd.npz"
+    assert main(args(corpus, plain, "--cell", "elman", "--steps", "2")) == 0
+
+    def momentum(meta):
+        meta["options"]["momentum"] = 0.5
+    rewrite(plain, odd, edit_meta(momentum))
+    for ckpt in (plain, odd):
+        assert main(args(corpus, ckpt, "--steps", "4", "--resume")) == 0
+    with np.load(plain) as a, np.load(odd) as b:
+        assert a.files == b.files
+        assert all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
 def test_a_checkpoint_from_before_stacks_resumes_as_one_elman_layer(corpus, tmp_path,
                                                                     capsys):
     """Format 1 files have no cell, no layers and no cell state: they stay one Elman layer
