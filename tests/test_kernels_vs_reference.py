@@ -103,3 +103,26 @@ def test_one_row_weights_with_any_row_stride(rng, kernel_path, dtype):
         assert np.array_equal(getattr(got, name), getattr(expected, name)), name
     for g, e in zip(got.grads, expected.grads):
         assert (g is None and e is None) or np.array_equal(g, e)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("cell", ["elman", "gru", "lstm"])
+def test_a_column_of_u_no_token_reads_is_not_in_the_reference(cell, bad):
+    """Unchecked (check_finite=False), a NaN or inf in U's column for an id that no step
+    has stays out of every result, in the reference as in the kernels: a token's input is
+    its column of U, not the product with a one-hot vector, whose zeros times that column
+    gave NaN everywhere."""
+    model = fastbptt.init_params(5, 4, 5, cell=cell, num_layers=2, dtype=np.float64, seed=0)
+    model.layers[0][0].U[:, 3] = bad
+    x, y = np.array([[0, 1, 2, 4, 1], [4, 4, 0, 2, 2]]), np.array([[1, 2, 0, 4, 4], [0] * 5])
+    got = fastbptt.bptt(x, y, model, check_finite=False)
+    want = reference.bptt(x, y, model, check_finite=False)
+    assert np.isfinite(want.loss) and want.loss == pytest.approx(got.loss, rel=1e-12)
+    for name, a in fastbptt.params.leaves(want.grads).items():
+        b = fastbptt.params.leaves(got.grads)[name]
+        assert np.isfinite(a).all(), name
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12 * np.abs(a).max(), err_msg=name)
+    out, back = reference.layer_vjp(x, fastbptt.Model(model.layers), check_finite=False)
+    grads = back(np.ones_like(out.h)).grads
+    assert np.isfinite(out.h).all()
+    assert all(np.isfinite(a).all() for a in fastbptt.params.leaves(grads).values())

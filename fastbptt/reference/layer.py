@@ -48,7 +48,7 @@ class Run:
     """One direction of one layer after its forward pass over one sequence."""
 
     order: list          # the steps in the order this direction reads them
-    inputs: list         # inputs[i]: the input at step order[i]
+    inputs: list         # inputs[i]: the input at step order[i] (a vector or a token id)
     start: State         # the state before the first step (h0, c0)
     states: list         # states[i]: the state after step order[i]
     caches: list         # caches[i]: what the cell's backward step needs there
@@ -70,16 +70,27 @@ class Run:
         return h
 
 
+def _token(x):
+    return isinstance(x, (int, np.integer))
+
+
+def _input_part(U, x):
+    """U x: the column of U at a token id (the product with its one-hot vector, with no
+    other column of U in it), or the product with a dense input."""
+    return U[:, x] if _token(x) else U @ x
+
+
 @ignore_harmless_flags
 def run(layer, cell, activation, inputs, start, reverse=False):
-    """The forward pass of one direction over one sequence's inputs (in step order)."""
+    """The forward pass of one direction over one sequence's inputs (in step order):
+    vectors, or token ids."""
     order = list(range(len(inputs)))
     if reverse:
         order.reverse()
     out = Run(order, [inputs[t] for t in order], start, [], [])
     state = start
     for x in out.inputs:
-        gi = layer.U @ x if layer.b is None else layer.U @ x + layer.b
+        gi = _input_part(layer.U, x) if layer.b is None else _input_part(layer.U, x) + layer.b
         gh = layer.W @ state.h if layer.bh is None else layer.W @ state.h + layer.bh
         state, cache = cell.step(gi, gh, state, activation)
         out.states.append(state)
@@ -94,8 +105,8 @@ def sweep(layer, cell, activation, r, inject, lo, hi, grads, dx, final=None):
     inject (n, H): dL/dh_t added when the sweep reaches step t; final: None, or a `State`
     of dL/dh_final (and, for the LSTM, dL/dc_final) added at the last position, n-1, if
     the sweep starts there. Adds the layer's gradients into ``grads`` (a `Layer` of
-    arrays) and U^T dL/dgi into dx[t]. Returns dL/d(start) as a `State` when lo is 0,
-    else None (the state before lo is frozen).
+    arrays) and, for a dense input, U^T dL/dgi into dx[t]. Returns dL/d(start) as a
+    `State` when lo is 0, else None (the state before lo is frozen).
     """
     zeros = np.zeros_like(r.start.h)
     carry = State(zeros, None if r.start.c is None else zeros)
@@ -105,12 +116,16 @@ def sweep(layer, cell, activation, r, inject, lo, hi, grads, dx, final=None):
         if i == len(r.order) - 1:
             carry = add(carry, final)
         dgi, dgh, dh_direct, dc_before = cell.step_back(r.caches[i], *carry, activation)
-        grads.U[:] += np.outer(dgi, r.inputs[i])
+        x = r.inputs[i]
+        if _token(x):                   # the outer product with a one-hot vector
+            grads.U[:, x] += dgi
+        else:
+            grads.U[:] += np.outer(dgi, x)
+            dx[t] += layer.U.T @ dgi
         grads.W[:] += np.outer(dgh, r.before(i).h)
         if grads.b is not None:
             grads.b[:] += dgi
         if grads.bh is not None:
             grads.bh[:] += dgh
-        dx[t] += layer.U.T @ dgi
         carry = State(layer.W.T @ dgh + dh_direct, dc_before)
     return carry if lo == 0 else None

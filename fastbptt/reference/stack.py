@@ -91,7 +91,8 @@ class Forward:
         self.runs = []
         for b in range(B):
             n = int(p.lengths[b])
-            inputs = [input_column(p, b, t) for t in range(n)]
+            inputs = ([int(i) for i in p.x[b, :n]] if p.ids else
+                      [input_column(p, b, t) for t in range(n)])
             runs = run_stack(p, inputs, initial_states(p, b))
             self.runs.append(runs)
             if n:
