@@ -168,16 +168,19 @@ def sibling_stem(name, room):
 
 def _new_file(folder, name, made=None):
     """A new, empty temporary file in ``folder`` for checkpoint ``name`` (created with
-    mode 0o666, which the umask reduces, as for any new file): (descriptor, path).
-    ``made``, a list, holds the path from just before the file is made, so that a caller
-    interrupted (Ctrl-C) before this returns can still remove it."""
+    mode 0o666, which the umask reduces, as for any new file), open for writing: (file,
+    path). ``made``, a list, holds the path from just before the file is made, and the
+    file from just after, so that a caller interrupted (Ctrl-C) before this returns can
+    still close and remove it; a file object, unlike a bare descriptor, is closed when
+    it is dropped, even in the instant before it is in ``made``."""
     made = [] if made is None else made
     for attempt in range(100):
         stem = sibling_stem(name, TMP_ROOM)
         path = os.path.join(folder, f".{stem}.{os.getpid()}.{attempt}.tmp")
         made[:] = [path]
         try:
-            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), path
+            made.append(open(path, "xb"))
+            return made[1], path
         except FileExistsError:
             made.clear()                # another's
             continue
@@ -279,11 +282,11 @@ def check_target(path, *, make_folders=True, example="run.npz"):
     if not os.path.isdir(base):
         raise NotADirectoryError(f"{base} is a file, not a folder")
     try:
-        fd, tmp = _new_file(base, os.path.basename(target))
+        f, tmp = _new_file(base, os.path.basename(target))
     except OSError as error:
         raise type(error)(f"cannot create a file in {base}: "
                           f"{error.strerror or error}") from None
-    os.close(fd)
+    f.close()
     os.unlink(tmp)
 
 
@@ -331,8 +334,8 @@ def write_atomically(path, write):
         mode = None                          # a new file: the umask decides
     made = []
     try:
-        fd, tmp = _new_file(folder, os.path.basename(target), made)
-        with os.fdopen(fd, "wb") as f:
+        f, tmp = _new_file(folder, os.path.basename(target), made)
+        with f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
@@ -341,9 +344,11 @@ def write_atomically(path, write):
         os.replace(tmp, target)
         made.clear()
     except BaseException:               # Ctrl-C included: no temporary file stays
-        for tmp in made:
+        if made:
             with contextlib.suppress(OSError):
-                os.unlink(tmp)
+                os.unlink(made[0])
+            for f in made[1:]:
+                f.close()
         raise
     _sync_folder(folder)
     return path

@@ -117,8 +117,8 @@ def test_a_name_that_leaves_no_room_for_the_temporary_files_suffix_is_saved(trai
     assert os.listdir(tmp_path) == [path.name]
     assert checkpoint.load(path).step == trainer.checkpoint().step
     stale = [tmp_path / n for n in os.listdir(tmp_path)]
-    fd, tmp = checkpoint._new_file(str(tmp_path), path.name)
-    os.close(fd)
+    f, tmp = checkpoint._new_file(str(tmp_path), path.name)
+    f.close()
     assert len(os.fsencode(os.path.basename(tmp))) <= 255
     dead = os.path.join(str(tmp_path), os.path.basename(tmp).replace(f".{os.getpid()}.",
                                                                      f".{NO_PROCESS}."))
@@ -130,7 +130,8 @@ def test_a_name_that_leaves_no_room_for_the_temporary_files_suffix_is_saved(trai
 @pytest.mark.parametrize("where", ["made", "written"])
 def test_ctrl_c_during_a_save_leaves_no_temporary_file(trainer, tmp_path, monkeypatch, where):
     """A KeyboardInterrupt just after the temporary file was made (before the code that
-    removes it on failure) left it beside the checkpoint for good."""
+    removes it on failure) left it beside the checkpoint for good, and its descriptor
+    open."""
     path = tmp_path / "keep.npz"
     trainer.save(path)
     before = path.read_bytes()
@@ -142,10 +143,16 @@ def test_ctrl_c_during_a_save_leaves_no_temporary_file(trainer, tmp_path, monkey
         raise KeyboardInterrupt
     monkeypatch.setattr(checkpoint, "_new_file", interrupted) if where == "made" else \
         monkeypatch.setattr(os, "replace", interrupted)
+    fds = _open_descriptors()
     with pytest.raises(KeyboardInterrupt):
         checkpoint.save(path, dataclasses.replace(trainer.checkpoint(), step=99))
     monkeypatch.undo()
     assert path.read_bytes() == before and os.listdir(tmp_path) == ["keep.npz"]
+    assert _open_descriptors() == fds           # the temporary file's was left open
+
+
+def _open_descriptors():
+    return sorted(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
 
 
 def test_check_target_creates_nothing_and_names_the_problem(tmp_path):
