@@ -238,13 +238,6 @@ def tanh_in_place(v):
 
 
 @jit
-def tanh_into(src, dst):
-    """dst <- tanh(src), contiguous 1-D arrays of one length."""
-    for j in range(dst.shape[0]):
-        dst[j] = tanh(src[j])
-
-
-@jit
 def sigmoid_rows(Z, a, b):
     """Z[i, a:b] <- sigmoid(Z[i, a:b]) for every row i (rows contiguous)."""
     for i in range(Z.shape[0]):

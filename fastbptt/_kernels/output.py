@@ -182,7 +182,8 @@ def direction_logits(V, states, time_major, idx, err, tmp, first, rows):
     out = err if idx is None else tmp
     if rows is not None:
         gemm(states, V, rows, 1.0, 0.0, False, True, blas)
-        transpose_into(rows, out)
+        transpose_into(rows[:, 0:rows.shape[1]], out[:, 0:out.shape[1]])   # (A, A), as
+        # everywhere else: one compiled transpose
     else:
         gemm(V, states, out, 1.0, 0.0, False, time_major, blas)
     if idx is not None:
