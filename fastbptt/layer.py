@@ -102,16 +102,18 @@ def _upstream(name, value, problem, shape, check_finite):
                                   mask).reshape(shape))
 
 
+def _views_of(a):
+    return None if a is None else a.view()
+
+
 def _views(model):
     """``model`` with each array a view of its own of the same numbers: back reads the
     params' values as they are when it runs, but through views whose shape, strides and
     dtype the caller cannot change in place (``U.shape = ...`` between vjp and back sent
     the kernels past the ends of their arrays)."""
-    def view(a):
-        return None if a is None else a.view()
-    layers = tuple(tuple(layer._replace(**{k: view(v) for k, v in layer._asdict().items()})
+    layers = tuple(tuple(layer._replace(**{k: _views_of(v) for k, v in layer._asdict().items()})
                          for layer in directions) for directions in model.layers)
-    return model._replace(layers=layers, V=view(model.V), c=view(model.c))
+    return model._replace(layers=layers, V=_views_of(model.V), c=_views_of(model.c))
 
 
 class _Back:
@@ -168,6 +170,32 @@ class _Back:
         finally:
             fw.forget_views()
         return self._grads(layers, dh0, dc0, dx)
+
+    def _read_weights_from(self, layers):
+        """Read U and W from ``layers`` (``layers[l][d]``: a (U, W) pair of arrays of the
+        shapes and dtype `vjp` was given) from now on: for a caller whose weights' memory
+        may have moved since the forward pass, the same numbers elsewhere (the PyTorch
+        bridge: ``share_memory_``, FSDP's freed and gathered parameters)."""
+        p, fw = self._problem, self._fw
+        model = p.model
+        for l, directions in enumerate(model.layers):
+            for d, layer in enumerate(directions):
+                U, W = layers[l][d]
+                for name, old, new in (("U", layer.U, U), ("W", layer.W, W)):
+                    if new.shape != old.shape or new.dtype != old.dtype:
+                        raise RuntimeError(
+                            f"layer {l} direction {d}: {name} is {new.shape} {new.dtype} now, "
+                            f"{old.shape} {old.dtype} in the forward pass; its backward pass "
+                            "needs the weights the forward pass read")
+        rows = tuple(tuple(layer._replace(U=_views_of(layers[l][d][0]),
+                                          W=_views_of(layers[l][d][1]))
+                           for d, layer in enumerate(directions))
+                     for l, directions in enumerate(model.layers))
+        p.model = model._replace(layers=rows)
+        if fw is not None:
+            for row, layers_now in zip(fw.dirs, rows):
+                for direction, layer in zip(row, layers_now):
+                    direction.layer = layer
 
     def _grads(self, layers, dh0, dc0, dx):
         """`LayerGrads` in the caller's structure and layouts (dh0 zeros when h0 was not

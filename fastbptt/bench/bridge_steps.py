@@ -125,7 +125,21 @@ class _Timed:
 
     def vjp(self, *args, **kwargs):
         out, back = self._timed("vjp", self.layer.vjp)(*args, **kwargs)
-        return out, self._timed("back", back)
+        return out, _TimedBack(self._timed("back", back), back)
+
+
+class _TimedBack:
+    """A timed ``back`` that has the real one's other attributes (which a bridge may use
+    untimed, as its own work)."""
+
+    def __init__(self, timed, back):
+        self._timed_call, self._back = timed, back
+
+    def __call__(self, *args, **kwargs):
+        return self._timed_call(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._back, name)
 
 
 def own_cost(layer, owner, repeat=30):

@@ -8,9 +8,12 @@ h_n, c_n or None). With gradients needed, the forward pass keeps
 `fastbptt.layer.vjp`'s ``back`` and the backward pass calls it; without, it calls
 `fastbptt.layer.forward`, which keeps nothing.
 
-Tensors reach NumPy with ``.detach().numpy()``, which shares their memory; fastbptt reads
-contiguous float arrays of its dtype in place and copies the others (it always copies
-x into its own layout and h0 into its states). It takes and gives x, the output and its
+Tensors reach NumPy as views of their memory (`host`), which fastbptt reads in place where
+they are contiguous float arrays of its dtype, and copies otherwise (it always copies x
+into its own layout and h0 into its states). A weight's memory may move between the two
+passes, its numbers the same (``share_memory_``; FSDP's parameters, freed after the
+forward pass and gathered again before the backward pass): the backward pass then reads
+the weights through new views of them. It takes and gives x, the output and its
 gradient time-major where the module is (``batch_first=False``), so that none of them is
 transposed on this side. Its results are new arrays, wrapped with
 ``torch.from_numpy`` without a copy. Elman and LSTM act through b = bias_ih + bias_hh
@@ -46,8 +49,46 @@ class Config(NamedTuple):
     time_major: bool                 # x and the output (T, B, ...), not (B, T, ...)
 
 
+# NumPy's type strings of the dtypes that `host` hands on as views; the rest go through
+# Tensor.numpy(), which refuses what NumPy cannot hold in its own words
+_TYPESTR = {torch.float32: "<f4", torch.float64: "<f8", torch.float16: "<f2",
+            torch.int64: "<i8", torch.int32: "<i4", torch.int16: "<i2", torch.int8: "|i1",
+            torch.uint8: "|u1"}
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+class _Memory:
+    """A tensor's memory in NumPy's array interface, the tensor kept alive with it."""
+
+    __slots__ = ("tensor", "__array_interface__")
+
+    def __init__(self, tensor, typestr):
+        self.tensor = tensor
+        strides = None                      # C order
+        if not tensor.is_contiguous():
+            size = tensor.element_size()
+            strides = tuple([s * size for s in tensor.stride()])
+        self.__array_interface__ = {"data": (tensor.data_ptr(), False), "shape": tensor.shape,
+                                    "strides": strides, "typestr": typestr, "version": 3}
+
+
+def host(tensor):
+    """A NumPy view of a CPU tensor's memory. ``Tensor.numpy()`` would mark the tensor's
+    storage as never to be resized again, for good: ``resize_`` then failed on every
+    tensor the module had read, and FSDP, which frees its parameters' memory so, could
+    not train it. Other kinds of tensor (sparse, quantized, subclasses) go through
+    ``Tensor.numpy()``, which refuses them."""
+    typestr = _TYPESTR.get(tensor.dtype)
+    if (typestr is None or type(tensor) not in _PLAIN or not tensor.is_cpu or
+            tensor.layout is not torch.strided or tensor.is_neg() or tensor.is_conj()):
+        return tensor.detach().numpy()
+    return np.asarray(_Memory(tensor, typestr))
+
+
 def _numpy(tensor):
-    return None if tensor is None else tensor.detach().numpy()
+    return None if tensor is None else host(tensor)
 
 
 def _tensor(array):
@@ -57,7 +98,7 @@ def _tensor(array):
 def _model(cfg, weights, copy=False):
     """The `Model` of a run of layers from their parameters (module order): views of
     them, or with ``copy`` copies."""
-    arrays = [w.detach().numpy() for w in weights]
+    arrays = [host(w) for w in weights]
     if copy:
         arrays = [a.copy() for a in arrays]
     per = 4 if cfg.bias else 2
@@ -74,6 +115,14 @@ def _model(cfg, weights, copy=False):
                 row.append(Layer(U, W, biases[0] + biases[1]))
         layers.append(tuple(row))
     return Model(tuple(layers))
+
+
+def _pairs(cfg, weights):
+    """The (U, W) arrays of each layer and direction, ``[l][d]``: views of the module's
+    weight_ih and weight_hh as they are now."""
+    per = 4 if cfg.bias else 2
+    return [[tuple(host(w) for w in weights[(l * cfg.directions + d) * per:][:2])
+             for d in range(cfg.directions)] for l in range(cfg.num_layers)]
 
 
 def _weight_grads(cfg, grads):
@@ -139,7 +188,7 @@ class _Layers(torch.autograd.Function):
         # say): it gets copies, and the gradients of the weights the forward pass read,
         # as PyTorch's modules give from their saved copies.
         hooked = _hooks_may_copy()
-        out, back = _layer.vjp(x.detach().numpy(), _model(cfg, weights, copy=hooked),
+        out, back = _layer.vjp(host(x), _model(cfg, weights, copy=hooked),
                                **_options(cfg, h0, c0), truncate=cfg.truncate,
                                stride=cfg.stride)
         ctx.cfg, ctx.like = cfg, (out.h.shape, out.h.dtype)
@@ -153,6 +202,10 @@ class _Layers(torch.autograd.Function):
         holder = torch.empty(0)
         holder.fastbptt_back = back
         ctx.fastbptt_back = back if hooked else None
+        # the weights themselves (not copies) and where their memory is, for new views of
+        # them in the backward pass if it has moved
+        ctx.fastbptt_weights = None if hooked else weights
+        ctx.fastbptt_where = None if hooked else [w.data_ptr() for w in weights]
         # the weights are saved for autograd's check of their versions, which it makes
         # only where no hooks are (under hooks, `back` has copies of them)
         ctx.save_for_backward(holder, *(() if hooked else
@@ -179,7 +232,10 @@ class _Layers(torch.autograd.Function):
                 "such hooks; run the layer outside them")
         cfg = ctx.cfg
         refuse_batched(_NAMES[cfg.cell], (dh, dh_n, dc_n))
-        dh = np.zeros(*ctx.like) if dh is None else dh.numpy()
+        dh = np.zeros(*ctx.like) if dh is None else host(dh)
+        weights = ctx.fastbptt_weights
+        if weights is not None and [w.data_ptr() for w in weights] != ctx.fastbptt_where:
+            back._read_weights_from(_pairs(cfg, weights))      # (module docstring)
         r = back(dh, _numpy(dh_n), _numpy(dc_n))
         dh0 = _tensor(r.dh0) if ctx.needs_input_grad[2] else None
         dc0 = _tensor(r.dc0) if ctx.needs_input_grad[3] else None
@@ -240,5 +296,5 @@ def run(cfg, x, h0, c0, weights):
     if (torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
             and any(t is not None and t.requires_grad for t in tensors)):
         return _Layers.apply(cfg, x, h0, c0, *weights)
-    out = _layer.forward(x.detach().numpy(), _model(cfg, weights), **_options(cfg, h0, c0))
+    out = _layer.forward(host(x), _model(cfg, weights), **_options(cfg, h0, c0))
     return _outputs(cfg, out)

@@ -25,7 +25,7 @@ from torch.nn.utils.rnn import PackedSequence
 
 from .._bridge_options import check_truncation
 from .._kernels.checks import id_range
-from ._function import Config, refuse_transforms, run
+from ._function import Config, host, refuse_transforms, run
 
 FLOATS = (torch.float32, torch.float64)
 
@@ -101,8 +101,8 @@ def _check_ids(module, ids, where="input"):
     """ValueError naming the first token id outside [0, input_size), at its index in the
     caller's tensor."""
     n = module.input_size
-    refuse_transforms(type(module).__name__, (ids,))    # before .numpy() fails on them
-    values = ids.detach().numpy()
+    refuse_transforms(type(module).__name__, (ids,))    # before NumPy fails on them
+    values = host(ids)
     if not values.size:
         return
     low, high = id_range(values.reshape(-1))   # one pass, as fastbptt checks ids
