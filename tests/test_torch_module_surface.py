@@ -149,3 +149,15 @@ def test_batched_gradients_are_refused_and_jacobians_run_unvectorized(name):
     got = torch.autograd.functional.jacobian(lambda v: bridge(v)[0], x)
     want = torch.autograd.functional.jacobian(lambda v: native(v)[0], x)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(5, 2, 3), (5, 3)])
+def test_quantized_input_is_refused_as_not_floats(shape):
+    """It was read as token ids: "Expected input to be 1D or 2D token ids", or NumPy's
+    "unsupported ScalarType QUInt8"."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                 # its creation is deprecated
+        x = torch.quantize_per_tensor(torch.rand(*shape), 0.1, 0, torch.quint8)
+    with pytest.raises(TypeError, match=r"input must hold floats of the weights' dtype, or "
+                                        r"integer token ids; got torch.quint8 \(dequantize"):
+        ft.LSTM(3, 4)(x)

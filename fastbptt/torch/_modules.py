@@ -134,9 +134,10 @@ def _check_types(input, hx, lstm):
 
 def _check_kind(input):
     """TypeError for input that is neither floats nor integer token ids."""
-    if input.dtype == torch.bool or input.is_complex():
+    if input.dtype == torch.bool or input.is_complex() or input.is_quantized:
+        hint = " (dequantize it first: input.dequantize())" if input.is_quantized else ""
         raise TypeError(f"input must hold floats of the weights' dtype, or integer token "
-                        f"ids; got {input.dtype}")
+                        f"ids; got {input.dtype}{hint}")
 
 
 class _Padding:
