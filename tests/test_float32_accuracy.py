@@ -160,3 +160,26 @@ def test_a_gate_saturated_by_its_bias_keeps_the_products_accuracy(cell, B):
               for name, a in fastbptt.params.leaves(got.grads).items()}
     errors["h_final"] = relative(got.h_final, want.h_final)
     assert max(errors.values()) < 2e-5, errors
+
+
+@pytest.mark.parametrize("cell", ["elman", "gru"])
+def test_bias_gradients_whose_steps_cancel_keep_their_accuracy(cell):
+    """A narrow batch summed each bias gradient down its T B steps in float32 (up to
+    4096 of them): with the steps' terms cancelling, the GRU's lost 2e-4 relative, 30
+    times PyTorch's float32 error."""
+    rng = np.random.default_rng(0)
+    B, T, L, H = 8, 512, 4, 16
+    layers = [fastbptt.init_params(L, H, 2, cell=cell, num_layers=2, dtype=dtype,
+                                   seed=0).layers[0][0] for dtype in (np.float64, np.float32)]
+    for name in ("U", "W"):
+        getattr(layers[0], name)[...] *= 0.1
+    for name, a in layers[1]._asdict().items():
+        if a is not None:
+            a[...] = getattr(layers[0], name)
+    x = rng.standard_normal((B, T, L)).astype(np.float32)
+    dh = np.where(np.arange(T)[None, :, None] < T // 2, 1.0, -1.0) * np.ones((B, T, H))
+    dh = (dh + rng.standard_normal((B, T, H)) * 1e-3).astype(np.float32)
+    want, got = (fastbptt.layer.vjp(x.astype(dtype), layer)[1](dh.astype(dtype)).grads
+                 for dtype, layer in zip((np.float64, np.float32), layers))
+    for name in ("b", "bh") if cell == "gru" else ("b",):
+        assert relative(getattr(got, name), getattr(want, name)) < 2e-5, name

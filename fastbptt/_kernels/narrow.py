@@ -16,7 +16,7 @@ lag-major path of `backward` on a feature-major copy.
 import numpy as np
 
 from ._jit import jit
-from .blas import EXACT_SUMS, gemm, scratch, transpose_into
+from .blas import gemm, scratch, transpose_into
 from .cells import backward_tm, forward_tm, to_h0
 from .copies import add_row, copy_row, copy_rows, longest, zero_steps_after
 from .inputs import gather_step
@@ -232,17 +232,12 @@ def backward_narrow_whole(cell, S, Z, E, C, Wp, Wc, W, act, chunk, lengths, dcf,
 
 @jit
 def _column_sums(d, out, r0, r1):
-    """out[r0:r1] <- the sum over rows of d's columns r0 ... r1-1, in float64 beyond
-    `blas.EXACT_SUMS` rows. (Slices, not indices from r0: loops over slices vectorize,
-    and took a tenth of the time.)"""
+    """out[r0:r1] <- the sum over rows of d's columns r0 ... r1-1, in float64. (Each
+    column's sum runs down the rows in order, so that it vectorizes across columns; in
+    float32 a GRU's db, its steps' terms cancelling, lost 2e-4 relative over 4096 steps,
+    30 times PyTorch's float32 error. Slices, not indices from r0: loops over slices
+    vectorize, and took a tenth of the time.)"""
     o = out[r0:r1]
-    if d.shape[0] <= EXACT_SUMS:
-        o[:] = 0
-        for tb in range(d.shape[0]):
-            row = d[tb, r0:r1]
-            for i in range(r1 - r0):
-                o[i] += row[i]
-        return
     acc = np.zeros(r1 - r0, np.float64)
     for tb in range(d.shape[0]):
         row = d[tb, r0:r1]
