@@ -46,7 +46,8 @@ def _numpy(value, name, converting):
                 raise TypeError("the state dicts hold bfloat16; pass dtype=np.float32 or "
                                 "np.float64 to convert them")
             value = value.float()
-        value = value.numpy()
+        value = value.clone().numpy()   # (Tensor.numpy() marks the tensor's own storage
+        # as never to be resized again: FSDP, which frees parameters so, could not train it)
     refuse_masked(name, value)
     arr = np.asarray(value)
     if arr.dtype.kind != "f":

@@ -102,6 +102,20 @@ def _upstream(name, value, problem, shape, check_finite):
                                   mask).reshape(shape))
 
 
+def _laid_out_as(old, new):
+    """``new``'s numbers with ``old``'s strides, starting at ``old``'s address modulo 64
+    bytes: ``new`` itself where it is so, else a copy."""
+    if not old.size or (new.strides == old.strides and
+                        new.ctypes.data % 64 == old.ctypes.data % 64):
+        return new
+    span = sum((n - 1) * abs(k) for n, k in zip(old.shape, old.strides)) + old.itemsize
+    buf = np.empty(span + 64, np.uint8)
+    start = (old.ctypes.data - buf.ctypes.data) % 64
+    out = np.ndarray(old.shape, old.dtype, buffer=buf, offset=start, strides=old.strides)
+    out[...] = new
+    return out
+
+
 def _views_of(a):
     return None if a is None else a.view()
 
@@ -171,29 +185,36 @@ class _Back:
             fw.forget_views()
         return self._grads(layers, dh0, dc0, dx)
 
-    def _read_weights_from(self, layers):
+    def _read_weights_from(self, layers, where):
         """Read U and W from ``layers`` (``layers[l][d]``: a (U, W) pair of arrays of the
-        shapes and dtype `vjp` was given) from now on: for a caller whose weights' memory
-        may have moved since the forward pass, the same numbers elsewhere (the PyTorch
-        bridge: ``share_memory_``, FSDP's freed and gathered parameters)."""
+        shapes and dtype `vjp` was given) from now on, where the forward pass read the
+        caller's own arrays at the addresses ``where[l][d]`` (a pair of ints): for a
+        caller whose weights' memory may have moved since, the same numbers elsewhere
+        (the PyTorch bridge: ``share_memory_``, FSDP's freed and gathered parameters).
+        Arrays the forward pass had copied are kept. The new ones are read in the
+        layout and alignment the forward pass's had (`_laid_out_as`), which chose the
+        kernels' paths and which of W's padded copies they made."""
         p, fw = self._problem, self._fw
         model = p.model
+        rows = []
         for l, directions in enumerate(model.layers):
+            row = []
             for d, layer in enumerate(directions):
-                U, W = layers[l][d]
-                for name, old, new in (("U", layer.U, U), ("W", layer.W, W)):
+                now = {}
+                for name, old, new, at in zip(("U", "W"), layer[:2], layers[l][d], where[l][d]):
+                    if old.ctypes.data != at:
+                        continue                # a copy of fastbptt's own
                     if new.shape != old.shape or new.dtype != old.dtype:
                         raise RuntimeError(
-                            f"layer {l} direction {d}: {name} is {new.shape} {new.dtype} now, "
-                            f"{old.shape} {old.dtype} in the forward pass; its backward pass "
-                            "needs the weights the forward pass read")
-        rows = tuple(tuple(layer._replace(U=_views_of(layers[l][d][0]),
-                                          W=_views_of(layers[l][d][1]))
-                           for d, layer in enumerate(directions))
-                     for l, directions in enumerate(model.layers))
-        p.model = model._replace(layers=rows)
+                            f"layer {l} direction {d}: {name} is {new.shape} {new.dtype} "
+                            f"now, {old.shape} {old.dtype} in the forward pass; its backward "
+                            "pass needs the weights the forward pass read")
+                    now[name] = _laid_out_as(old, new)
+                row.append(layer._replace(**now))
+            rows.append(tuple(row))
+        p.model = model._replace(layers=tuple(rows))
         if fw is not None:
-            for row, layers_now in zip(fw.dirs, rows):
+            for row, layers_now in zip(fw.dirs, p.model.layers):
                 for direction, layer in zip(row, layers_now):
                     direction.layer = layer
 

@@ -90,3 +90,85 @@ def test_the_tensors_it_reads_stay_resizable(name):
         storage.resize_(size + 8)
         storage.resize_(size)
     x.detach().resize_(10, 3)
+
+
+def _misaligned(module):
+    """Each weight moved, the same numbers and version, to memory 4 bytes past a 64-byte
+    boundary (as views into FSDP's flat parameters can be)."""
+    with torch.no_grad():
+        for p in module.parameters():
+            flat = torch.empty(p.numel() + 64, dtype=p.dtype)
+            start = (-flat.data_ptr() // p.element_size()) % (64 // p.element_size()) + 1
+            view = flat[start:start + p.numel()].view(p.shape)
+            view.copy_(p)
+            with torch.autograd._unsafe_preserve_version_counter(p):
+                p.set_(view.untyped_storage(), view.storage_offset(), view.shape, view.stride())
+
+
+def _transposed_weights(module):
+    """Every weight matrix non-contiguous (the transpose of a contiguous one), the same
+    numbers."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.dim() == 2:
+                setattr(module, name, torch.nn.Parameter(p.detach().t().contiguous().t()))
+
+
+def _grads_after(cls, layers, B, before, between, retain=False):
+    torch.manual_seed(0)
+    module = cls(5, 16, num_layers=layers, bidirectional=layers == 2, batch_first=True)
+    before(module)
+    x = torch.randn(B, 7, 5, requires_grad=True)
+    out, _ = module(x)
+    loss = (out ** 2).sum()
+    between(module)
+    loss.backward(retain_graph=retain)
+    grads = [p.grad.clone() for p in module.parameters()] + [x.grad.clone()]
+    if retain:                             # moved again, and a second backward pass
+        module.zero_grad()
+        x.grad = None
+        if between is not _nothing:
+            _moved(module)
+        loss.backward()
+        grads += [p.grad.clone() for p in module.parameters()] + [x.grad.clone()]
+    return grads
+
+
+def _nothing(module):
+    pass
+
+
+@pytest.mark.parametrize("B", [1, 2, 4, 9])
+@pytest.mark.parametrize("layers", [1, 2])
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("before, between, retain", [
+    (_nothing, _misaligned, False), (_transposed_weights, _moved, False),
+    (_nothing, _moved, True), (_transposed_weights, _misaligned, True)],
+    ids=["misaligned", "non-contiguous", "moved-twice", "non-contiguous-misaligned-twice"])
+def test_weights_moved_anywhere_give_the_gradients_of_weights_never_moved(
+        name, layers, B, before, between, retain):
+    """Weights moved to memory of another alignment, or moved while the forward pass had
+    read copies of them (non-contiguous weights), or moved again between two backward
+    passes of a retained graph: the backward pass must read the same numbers laid out
+    as the forward pass's (a view in another layout, or of misaligned memory, made it
+    read W's padded copy that the forward pass had not filled: NaN)."""
+    cls = getattr(ft, name)
+    want = _grads_after(cls, layers, B, before, _nothing, retain)
+    got = _grads_after(cls, layers, B, before, between, retain)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_from_torch_leaves_the_modules_storages_resizable(name):
+    """It read the state dict through Tensor.numpy(), which marked the module's own
+    parameters' storages as never to be resized again."""
+    import fastbptt
+
+    module = getattr(torch.nn, name)(3, 4, num_layers=2)
+    fastbptt.from_torch(module.state_dict())
+    for p in module.parameters():
+        storage = p.untyped_storage()
+        size = storage.nbytes()
+        storage.resize_(size + 8)
+        storage.resize_(size)

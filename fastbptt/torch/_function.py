@@ -117,11 +117,11 @@ def _model(cfg, weights, copy=False):
     return Model(tuple(layers))
 
 
-def _pairs(cfg, weights):
-    """The (U, W) arrays of each layer and direction, ``[l][d]``: views of the module's
-    weight_ih and weight_hh as they are now."""
+def _pairs(cfg, items):
+    """The (weight_ih, weight_hh) items of each layer and direction, ``[l][d]``, of a
+    list in the module's order of parameters."""
     per = 4 if cfg.bias else 2
-    return [[tuple(host(w) for w in weights[(l * cfg.directions + d) * per:][:2])
+    return [[tuple(items[(l * cfg.directions + d) * per:][:2])
              for d in range(cfg.directions)] for l in range(cfg.num_layers)]
 
 
@@ -234,8 +234,11 @@ class _Layers(torch.autograd.Function):
         refuse_batched(_NAMES[cfg.cell], (dh, dh_n, dc_n))
         dh = np.zeros(*ctx.like) if dh is None else host(dh)
         weights = ctx.fastbptt_weights
-        if weights is not None and [w.data_ptr() for w in weights] != ctx.fastbptt_where:
-            back._read_weights_from(_pairs(cfg, weights))      # (module docstring)
+        where = None if weights is None else [w.data_ptr() for w in weights]
+        if where != ctx.fastbptt_where:             # moved (module docstring)
+            back._read_weights_from(_pairs(cfg, [host(w) for w in weights]),
+                                    _pairs(cfg, ctx.fastbptt_where))
+            ctx.fastbptt_where = where              # for a backward pass again (retain_graph)
         r = back(dh, _numpy(dh_n), _numpy(dc_n))
         dh0 = _tensor(r.dh0) if ctx.needs_input_grad[2] else None
         dc0 = _tensor(r.dc0) if ctx.needs_input_grad[3] else None
