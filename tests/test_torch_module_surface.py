@@ -161,3 +161,20 @@ def test_quantized_input_is_refused_as_not_floats(shape):
     with pytest.raises(TypeError, match=r"input must hold floats of the weights' dtype, or "
                                         r"integer token ids; got torch.quint8 \(dequantize"):
         ft.LSTM(3, 4)(x)
+
+
+@pytest.mark.parametrize("name", CELLS.values())
+def test_efficient_zero_gradients_are_zeros(name):
+    """torch.autograd.grad with an efficient zero tensor (no memory) as a gradient: it
+    failed in the backward pass ("Cannot convert a ZeroTensor to numpy")."""
+    native, x = native_and_input(name)
+    module = getattr(ft, name)(3, 4, dtype=torch.float64)
+    module.load_state_dict(native.state_dict())
+    grads = []
+    for m in (native, module):
+        xg = x.clone().requires_grad_(True)
+        out, hn = m(xg)
+        h = hn[0] if name == "LSTM" else hn
+        zero = torch._efficientzerotensor(h.shape, dtype=torch.float64)
+        grads.append(torch.autograd.grad((out, h), (xg,), (torch.ones_like(out), zero))[0])
+    assert close(grads[1], grads[0])

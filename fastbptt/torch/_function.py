@@ -82,7 +82,8 @@ def host(tensor):
     ``Tensor.numpy()``, which refuses them."""
     typestr = _TYPESTR.get(tensor.dtype)
     if (typestr is None or type(tensor) not in _PLAIN or not tensor.is_cpu or
-            tensor.layout is not torch.strided or tensor.is_neg() or tensor.is_conj()):
+            tensor.layout is not torch.strided or tensor.is_neg() or tensor.is_conj() or
+            tensor._is_zerotensor()):
         return tensor.detach().numpy()
     return np.asarray(_Memory(tensor, typestr))
 
@@ -232,6 +233,9 @@ class _Layers(torch.autograd.Function):
                 "such hooks; run the layer outside them")
         cfg = ctx.cfg
         refuse_batched(_NAMES[cfg.cell], (dh, dh_n, dc_n))
+        # PyTorch's efficient zero tensors, which hold no memory, are zeros as None is
+        dh, dh_n, dc_n = (None if g is None or g._is_zerotensor() else g
+                          for g in (dh, dh_n, dc_n))
         dh = np.zeros(*ctx.like) if dh is None else host(dh)
         weights = ctx.fastbptt_weights
         where = None if weights is None else [w.data_ptr() for w in weights]
