@@ -234,9 +234,9 @@ class _Layers(torch.autograd.Function):
         cfg = ctx.cfg
         refuse_batched(_NAMES[cfg.cell], (dh, dh_n, dc_n))
         # PyTorch's efficient zero tensors, which hold no memory, are zeros as None is
-        dh, dh_n, dc_n = (None if g is None or g._is_zerotensor() else g
-                          for g in (dh, dh_n, dc_n))
-        dh = np.zeros(*ctx.like) if dh is None else host(dh)
+        dh = np.zeros(*ctx.like) if dh is None or dh._is_zerotensor() else host(dh)
+        dh_n = None if dh_n is None or dh_n._is_zerotensor() else dh_n
+        dc_n = None if dc_n is None or dc_n._is_zerotensor() else dc_n
         weights = ctx.fastbptt_weights
         where = None if weights is None else [w.data_ptr() for w in weights]
         if where != ctx.fastbptt_where:             # moved (module docstring)
