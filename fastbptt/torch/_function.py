@@ -96,34 +96,33 @@ def _tensor(array):
     return None if array is None else torch.from_numpy(array)
 
 
+def _directions(cfg, items):
+    """A list in the module's order of parameters as ``[l][d]``: the items of each layer
+    and direction (weight_ih, weight_hh[, bias_ih, bias_hh])."""
+    per = 4 if cfg.bias else 2
+    return [[items[(l * cfg.directions + d) * per:][:per] for d in range(cfg.directions)]
+            for l in range(cfg.num_layers)]
+
+
 def _model(cfg, weights, copy=False):
     """The `Model` of a run of layers from their parameters (module order): views of
     them, or with ``copy`` copies."""
     arrays = [host(w) for w in weights]
     if copy:
         arrays = [a.copy() for a in arrays]
-    per = 4 if cfg.bias else 2
     layers = []
-    for l in range(cfg.num_layers):
-        row = []
-        for d in range(cfg.directions):
-            U, W, *biases = arrays[(l * cfg.directions + d) * per:][:per]
-            if not biases:
-                row.append(Layer(U, W))
-            elif cfg.cell == "gru":
-                row.append(Layer(U, W, biases[0], biases[1]))
-            else:
-                row.append(Layer(U, W, biases[0] + biases[1]))
-        layers.append(tuple(row))
+    for row in _directions(cfg, arrays):
+        layers.append(tuple(Layer(U, W) if not biases else
+                            Layer(U, W, biases[0], biases[1]) if cfg.cell == "gru" else
+                            Layer(U, W, biases[0] + biases[1])
+                            for U, W, *biases in row))
     return Model(tuple(layers))
 
 
 def _pairs(cfg, items):
     """The (weight_ih, weight_hh) items of each layer and direction, ``[l][d]``, of a
     list in the module's order of parameters."""
-    per = 4 if cfg.bias else 2
-    return [[tuple(items[(l * cfg.directions + d) * per:][:2])
-             for d in range(cfg.directions)] for l in range(cfg.num_layers)]
+    return [[tuple(group[:2]) for group in row] for row in _directions(cfg, items)]
 
 
 def _weight_grads(cfg, grads):
