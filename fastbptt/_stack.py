@@ -263,6 +263,13 @@ class Forward:
             for direction in row:
                 direction.layer = direction.ids = direction.src = None
 
+    def nbytes(self):
+        """The bytes of the arrays this Forward holds (the caller's params not counted)."""
+        arrays = [getattr(d, name) for row in self.dirs for d in row
+                  for name in Direction.__slots__]
+        arrays += [self.h_final, self.c_final, self.idx]
+        return sum({id(a): a.nbytes for a in arrays if isinstance(a, np.ndarray)}.values())
+
     @property
     def parallel(self):
         """Whether this call's batch runs in slices on several threads (`split`)."""

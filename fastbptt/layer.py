@@ -185,6 +185,12 @@ class _Back:
             fw.forget_views()
         return self._grads(layers, dh0, dc0, dx)
 
+    @property
+    def nbytes(self):
+        """The bytes of the arrays it holds of its own: the forward pass's states, gates,
+        copies of the inputs and of W (not the caller's params, which it reads)."""
+        return 0 if self._fw is None else self._fw.nbytes()
+
     def _read_weights_from(self, layers, where):
         """Read U and W from ``layers`` (``layers[l][d]``: a (U, W) pair of arrays of the
         shapes and dtype `vjp` was given) from now on, where the forward pass read the

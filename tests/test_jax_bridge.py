@@ -246,6 +246,72 @@ def test_kept_states_or_the_forward_pass_again():
 
 
 @pytest.mark.parametrize("cell", GATES)
+def test_the_store_grows_to_the_forward_passes_a_program_keeps(cell, monkeypatch):
+    """A scan of 40 calls (time chunks, the state carried) takes their ``back`` in
+    reverse after all 40 forward passes: the first step finds the last 16 and runs the 24
+    older forward passes again; the store then keeps 40, and the next steps run each
+    chunk's forward pass once, with the gradients of the whole sequence in one call.
+    Under ``jax.checkpoint`` no backward pass asks for the first pass's forward passes
+    (each chunk's runs again, as any op's would), and the store does not grow."""
+    from fastbptt import _stack
+    from fastbptt.jax import _kept
+
+    runs = []
+    for name in ("forward", "forward_narrow"):
+        kernel = getattr(_stack, name)
+        monkeypatch.setattr(_stack, name, lambda *a, k=kernel: runs.append(1) or k(*a))
+    rng = np.random.default_rng(8)
+    p, fn = draw(cell, rng), layer_fn(cell)
+    chunks = jnp.asarray(rng.integers(0, L, (40, B, 2)))
+
+    def loss(p, remat):
+        def body(carry, x):
+            h, *c = carry
+            outs = fn(p, x, h, *c)
+            return outs[1:], jnp.sum(jnp.sin(outs[0]))
+
+        zeros = jnp.zeros((B, H))
+        carry, parts = jax.lax.scan(jax.checkpoint(body) if remat else body,
+                                    (zeros,) * (2 if cell == "lstm" else 1), chunks)
+        return parts.sum() + jnp.sum(jnp.cos(carry[0]))
+
+    def whole(p):
+        outs = fn(p, jnp.concatenate(list(chunks), axis=1))
+        return jnp.sum(jnp.sin(outs[0])) + jnp.sum(jnp.cos(outs[1]))
+
+    want = jax.grad(whole)(p)
+    step = jax.jit(jax.grad(loss), static_argnums=1)
+    _kept.clear()
+    for remat, first, then in ((True, 80, 80), (False, 64, 40)):
+        runs.clear()
+        assert_close(step(p, remat), want)
+        assert len(runs) == first and _kept._limit == (16 if remat else 40)
+        for _ in range(2):
+            runs.clear()
+            assert_close(step(p, remat), want)
+            assert len(runs) == then
+    _kept.clear()
+
+
+def test_the_store_holds_at_most_its_budget(monkeypatch):
+    from fastbptt.jax import _kept
+
+    rng = np.random.default_rng(9)
+    p = draw("lstm", rng)
+    x = jnp.asarray(rng.normal(size=(B, T, L)))
+    _kept.clear()
+    jax.vjp(lambda p: fj.lstm(p, x)[0], p)
+    one = _kept._bytes
+    assert one > 0
+    monkeypatch.setattr(_kept, "_BUDGET", 3 * one + one // 2)
+    for _ in range(5):
+        jax.vjp(lambda p: fj.lstm(p, x)[0], p)
+    assert len(_kept._kept) == 3 and _kept._bytes == 3 * one
+    _kept.clear()
+    assert _kept._bytes == 0 and not _kept._kept
+
+
+@pytest.mark.parametrize("cell", GATES)
 def test_nan_propagates(cell):
     rng = np.random.default_rng(6)
     p = draw(cell, rng)

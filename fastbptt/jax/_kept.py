@@ -7,14 +7,21 @@ the same inputs, or leave the backward pass out. None of that can make a gradien
 a key always comes from a forward pass on the very inputs the backward rule saved, and
 where its ``back`` is gone (taken already, pushed out, or another process's key: a
 forked child draws a nonce of its own) the backward callback runs the forward pass again
-from those inputs. At most `LIMIT` are
-kept, the oldest pushed out first; each holds that call's states ((T + 1) B H numbers,
-more for the gated cells) and the layer's params as the callback received them (a copy
-of U and W per entry).
+from those inputs.
+
+How many are kept: `LIMIT` at first, the oldest pushed out first. A program whose
+backward passes come for more (a ``lax.scan`` of many calls takes its forward passes'
+``back`` in reverse once they have all run) asks for one that was pushed out; the limit
+then grows to the number of forward passes kept since that one, up to `MOST`, so that
+the program's next steps find them all. Backward passes that never come (a
+``jax.checkpoint``'s first forward pass, a dropped pullback) ask for nothing, and leave
+the limit where it is. Whatever the limit, the entries kept hold at most `budget()`
+bytes (a quarter of the machine's memory): past it the oldest are pushed out. Each
+holds that call's states ((T + 1) B H numbers, more for the gated cells), W's padded
+copies and the layer's params as the callback received them (a copy of U and W).
 """
 from __future__ import annotations
 
-import itertools
 import os
 import secrets
 import threading
@@ -22,11 +29,27 @@ from collections import OrderedDict
 
 import numpy as np
 
-LIMIT = 16
+LIMIT = 16              # entries kept at first
+MOST = 4096             # the most the limit grows to
 _NONCE = (secrets.randbits(32), secrets.randbits(32))     # this process's keys only
-_counter = itertools.count()
-_kept = OrderedDict()
+_next = 0               # the counter of the next key
+_limit = LIMIT
+_kept = OrderedDict()   # key: (back, bytes)
+_bytes = 0
+_pushed = OrderedDict()  # the counters of keys pushed out and not asked for, up to MOST
 _lock = threading.Lock()
+
+
+def budget():
+    """The most bytes the entries hold together: a quarter of the machine's memory
+    (4 GiB where it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (AttributeError, ValueError, OSError):
+        return 4 << 30
+
+
+_BUDGET = budget()
 
 
 def _forked():
@@ -35,30 +58,54 @@ def _forked():
     global _NONCE, _lock
     _NONCE = (secrets.randbits(32), secrets.randbits(32))
     _lock = threading.Lock()            # another thread may have held it at the fork
-    _kept.clear()
+    _clear()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
-def keep(back):
-    """Keep ``back``; return its key as a (4,) uint32 array."""
-    n = next(_counter)
-    key = (*_NONCE, n >> 32 & 0xFFFFFFFF, n & 0xFFFFFFFF)
+def keep(back, nbytes=0):
+    """Keep ``back``, which holds ``nbytes`` bytes; return its key as a (4,) uint32
+    array."""
+    global _next, _bytes
     with _lock:
-        _kept[key] = back
-        while len(_kept) > LIMIT:
-            _kept.popitem(last=False)
+        n, _next = _next, _next + 1
+        key = (*_NONCE, n >> 32 & 0xFFFFFFFF, n & 0xFFFFFFFF)
+        _kept[key] = (back, nbytes)
+        _bytes += nbytes
+        while len(_kept) > _limit or _bytes > _BUDGET and len(_kept) > 1:
+            old, (_, size) = _kept.popitem(last=False)
+            _bytes -= size
+            _pushed[old[2] << 32 | old[3]] = None
+            if len(_pushed) > MOST:
+                _pushed.popitem(last=False)
     return np.array(key, np.uint32)
 
 
 def take(key):
-    """The ``back`` kept under ``key``, removed from the store; None if it is not there."""
+    """The ``back`` kept under ``key``, removed from the store; None if it is not there
+    (and the limit grown if it was pushed out: see the module's note)."""
+    global _bytes, _limit
+    key = tuple(int(k) for k in np.asarray(key))
     with _lock:
-        return _kept.pop(tuple(int(k) for k in np.asarray(key)), None)
+        back, size = _kept.pop(key, (None, 0))
+        _bytes -= size
+        n = key[2] << 32 | key[3]
+        if back is None and key[:2] == _NONCE and n in _pushed:
+            del _pushed[n]
+            _limit = min(MOST, max(_limit, _next - n))
+        return back
+
+
+def _clear():
+    global _bytes, _limit
+    _kept.clear()
+    _pushed.clear()
+    _bytes, _limit = 0, LIMIT
 
 
 def clear():
+    """Drop every entry, and the limit back to `LIMIT`."""
     with _lock:
-        _kept.clear()
+        _clear()

@@ -104,7 +104,8 @@ def _vjp(opts, leaves, x, h0, c0, lengths):
 def _forward_rule_host(opts, leaves, x, h0, c0, lengths):
     """The forward rule's call: `fastbptt.layer.vjp`, its ``back`` kept (`_kept`)."""
     out, back = _vjp(opts, leaves, x, h0, c0, lengths)
-    return _outputs(opts, out) + (_kept.keep(back),)
+    held = back.nbytes + sum(np.asarray(v).nbytes for v in leaves)   # its params' copies
+    return _outputs(opts, out) + (_kept.keep(back, held),)
 
 
 def _backward_host(opts, key, leaves, x, h0, c0, lengths, cotangents):
