@@ -224,11 +224,24 @@ def test_vmap_and_no_differentiation():
     assert_close((h[1], h_final[1]), reference("elman", p, xs[1]))
 
 
-def test_kept_states_or_the_forward_pass_again():
-    """The backward rule uses the forward rule's kept ``back``; where it is gone (taken,
-    pushed out) it runs the forward pass again, with the same gradients."""
+def time_loops(monkeypatch):
+    """A list that gets an entry for every time loop a layer's forward pass runs."""
+    from fastbptt import _stack
+
+    runs = []
+    for name in ("forward", "forward_narrow"):
+        kernel = getattr(_stack, name)
+        monkeypatch.setattr(_stack, name, lambda *a, k=kernel: runs.append(1) or k(*a))
+    return runs
+
+
+def test_kept_states_or_the_forward_pass_again(monkeypatch):
+    """The backward rule uses the forward rule's kept ``back``, which stays at hand until
+    another is taken or another forward pass runs; where it is gone (taken before
+    another, pushed out) it runs the forward pass again, with the same gradients."""
     from fastbptt.jax import _kept
 
+    runs = time_loops(monkeypatch)
     rng = np.random.default_rng(8)
     p = draw("elman", rng)
     x = jnp.asarray(rng.normal(size=(B, T, L)))
@@ -238,8 +251,13 @@ def test_kept_states_or_the_forward_pass_again():
     assert len(_kept._kept) == 1
     kept = pullback(dh)
     assert len(_kept._kept) == 0
-    again = pullback(dh)                           # taken already: the forward pass again
+    assert_close(pullback(dh), kept, 0)            # at hand still
+    assert len(runs) == 1
+    _, other = jax.vjp(lambda p: fj.rnn(p, 2 * x)[0], p)
+    other(dh)
+    again = pullback(dh)                           # taken before another: run again
     assert_close(again, kept, 0)
+    assert len(runs) == 3
     for _ in range(_kept.LIMIT + 3):
         jax.vjp(lambda p: fj.rnn(p, x)[0], p)
     assert len(_kept._kept) == _kept.LIMIT
@@ -253,13 +271,9 @@ def test_the_store_grows_to_the_forward_passes_a_program_keeps(cell, monkeypatch
     chunk's forward pass once, with the gradients of the whole sequence in one call.
     Under ``jax.checkpoint`` no backward pass asks for the first pass's forward passes
     (each chunk's runs again, as any op's would), and the store does not grow."""
-    from fastbptt import _stack
     from fastbptt.jax import _kept
 
-    runs = []
-    for name in ("forward", "forward_narrow"):
-        kernel = getattr(_stack, name)
-        monkeypatch.setattr(_stack, name, lambda *a, k=kernel: runs.append(1) or k(*a))
+    runs = time_loops(monkeypatch)
     rng = np.random.default_rng(8)
     p, fn = draw(cell, rng), layer_fn(cell)
     chunks = jnp.asarray(rng.integers(0, L, (40, B, 2)))
@@ -291,6 +305,18 @@ def test_the_store_grows_to_the_forward_passes_a_program_keeps(cell, monkeypatch
             assert_close(step(p, remat), want)
             assert len(runs) == then
     _kept.clear()
+
+
+def test_a_jacobian_runs_the_forward_pass_once(monkeypatch):
+    """``jax.jacrev`` runs the backward callback once per row of the Jacobian, with one
+    key: each row finds the forward pass that the first took (each ran it again)."""
+    runs = time_loops(monkeypatch)
+    rng = np.random.default_rng(10)
+    p = draw("lstm", rng)
+    x = jnp.asarray(rng.normal(size=(B, T, L)))
+    got = jax.jacrev(lambda p: fj.lstm(p, x)[1])(p)
+    assert len(runs) == 1
+    assert_close(got, jax.jacrev(lambda p: reference("lstm", p, x)[1])(p))
 
 
 def test_the_store_holds_at_most_its_budget(monkeypatch):

@@ -19,6 +19,10 @@ the limit where it is. Whatever the limit, the entries kept hold at most `budget
 bytes (a quarter of the machine's memory): past it the oldest are pushed out. Each
 holds that call's states ((T + 1) B H numbers, more for the gated cells), W's padded
 copies and the layer's params as the callback received them (a copy of U and W).
+
+The entry taken last stays at hand until the next forward pass or the next entry taken:
+a batched backward pass (``jax.jacrev``, a ``vmap`` of a pullback) runs the backward
+callback once per row of cotangents with the same key, and each row finds it.
 """
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ _limit = LIMIT
 _kept = OrderedDict()   # key: (back, bytes)
 _bytes = 0
 _pushed = OrderedDict()  # the counters of keys pushed out and not asked for, up to MOST
+_last = None            # (key, back, bytes) of the entry taken last
 _lock = threading.Lock()
 
 
@@ -70,6 +75,7 @@ def keep(back, nbytes=0):
     array."""
     global _next, _bytes
     with _lock:
+        _drop_last()
         n, _next = _next, _next + 1
         key = (*_NONCE, n >> 32 & 0xFFFFFFFF, n & 0xFFFFFFFF)
         _kept[key] = (back, nbytes)
@@ -86,11 +92,15 @@ def keep(back, nbytes=0):
 def take(key):
     """The ``back`` kept under ``key``, removed from the store; None if it is not there
     (and the limit grown if it was pushed out: see the module's note)."""
-    global _bytes, _limit
+    global _last, _limit
     key = tuple(int(k) for k in np.asarray(key))
     with _lock:
+        if _last is not None and _last[0] == key:
+            return _last[1]
         back, size = _kept.pop(key, (None, 0))
-        _bytes -= size
+        if back is not None:
+            _drop_last()
+            _last = (key, back, size)           # its bytes still counted
         n = key[2] << 32 | key[3]
         if back is None and key[:2] == _NONCE and n in _pushed:
             del _pushed[n]
@@ -98,10 +108,18 @@ def take(key):
         return back
 
 
+def _drop_last():
+    global _last, _bytes
+    if _last is not None:
+        _bytes -= _last[2]
+        _last = None
+
+
 def _clear():
     global _bytes, _limit
     _kept.clear()
     _pushed.clear()
+    _drop_last()
     _bytes, _limit = 0, LIMIT
 
 
