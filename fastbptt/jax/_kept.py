@@ -5,8 +5,8 @@ key, four uint32 numbers, as a residual; the backward rule's callback takes ``ba
 by that key. JAX treats both callbacks as pure: it may run one twice, merge two calls with
 the same inputs, or leave the backward pass out. None of that can make a gradient wrong:
 a key always comes from a forward pass on the very inputs the backward rule saved, and
-where its ``back`` is gone (taken already, pushed out, or another process's key: a
-forked child draws a nonce of its own) the backward callback runs the forward pass again
+where its ``back`` is gone (taken already and another since, pushed out, or another
+process's key: a forked child draws a nonce of its own) the backward callback runs the forward pass again
 from those inputs.
 
 How many are kept: `LIMIT` at first, the oldest pushed out first. A program whose
@@ -90,8 +90,9 @@ def keep(back, nbytes=0):
 
 
 def take(key):
-    """The ``back`` kept under ``key``, removed from the store; None if it is not there
-    (and the limit grown if it was pushed out: see the module's note)."""
+    """The ``back`` kept under ``key``, removed from the store (the last one taken stays
+    at hand); None if it is not there (and the limit grown if it was pushed out: see the
+    module's note)."""
     global _last, _limit
     key = tuple(int(k) for k in np.asarray(key))
     with _lock:
