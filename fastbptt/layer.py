@@ -18,7 +18,8 @@ and, on most paths, padded copies of W, one to two times its size. Later calls o
 fastbptt functions do not change them. The params it has not copied (U and the biases,
 and W on some paths, such as narrow batches of gated cells) ``back`` reads as they are
 when it runs, so change them (an optimizer step) only after it; a change in between
-gives the gradients of neither the old values nor the new.
+gives the gradients of neither the old values nor the new. ``back.nbytes`` is the number
+of bytes it holds of its own.
 `fastbptt.bptt` is the output layer of SPEC.md §1 on top of the same engine.
 """
 from __future__ import annotations

@@ -204,3 +204,16 @@ def test_a_forward_pass_that_fails_keeps_none_of_the_callers_arrays(monkeypatch)
     monkeypatch.undo()
     del params
     assert all(_dead([ref]))
+
+
+def test_a_back_says_how_many_bytes_it_holds():
+    """``back.nbytes``: its states and gates at least ((T + 1) B 5 H numbers for an LSTM,
+    the states and four gates), growing with T; 0 for a call with no steps."""
+    layer = fastbptt.init_params(5, 16, 5, cell="lstm", seed=0).layers[0][0]
+    sizes = []
+    for T in (10, 20):
+        _, back = fastbptt.layer.vjp(np.zeros((4, T), np.int64), layer)
+        assert back.nbytes >= (T + 1) * 4 * 5 * 16 * layer.W.itemsize
+        sizes.append(back.nbytes)
+    assert sizes[1] > sizes[0]
+    assert fastbptt.layer.vjp(np.zeros((4, 0), np.int64), layer)[1].nbytes == 0

@@ -6,8 +6,8 @@ by that key. JAX treats both callbacks as pure: it may run one twice, merge two 
 the same inputs, or leave the backward pass out. None of that can make a gradient wrong:
 a key always comes from a forward pass on the very inputs the backward rule saved, and
 where its ``back`` is gone (taken already and another since, pushed out, or another
-process's key: a forked child draws a nonce of its own) the backward callback runs the forward pass again
-from those inputs.
+process's key: a forked child draws a nonce of its own) the backward callback runs the
+forward pass again from those inputs.
 
 How many are kept: `LIMIT` at first, the oldest pushed out first. A program whose
 backward passes come for more (a ``lax.scan`` of many calls takes its forward passes'
