@@ -606,6 +606,31 @@ def test_second_derivatives_are_refused_in_a_sentence():
         jax.grad(lambda q: jnp.sum(jax.grad(lambda q: fj.lstm(q, x)[0].sum())(q).U ** 2))(p)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_an_inner_gradient_behind_stop_gradient_is_a_first_derivative(jit):
+    """An adversarial input from the gradient of the loss, behind ``stop_gradient``
+    inside the function differentiated (FGSM), needs first derivatives only: its
+    gradient equals the one with that input computed outside. It was refused as a
+    second derivative; a second derivative still is, under ``jit`` too."""
+    rng = np.random.default_rng(13)
+    p = draw("lstm", rng)
+    x = jnp.asarray(rng.normal(size=(B, T, L)))
+
+    def loss(p, x):
+        return jnp.sum(jnp.sin(fj.lstm(p, x)[0]))
+
+    def adversarial(p):
+        gx = jax.lax.stop_gradient(jax.grad(loss, argnums=1)(p, x))
+        return loss(p, x + 0.1 * jnp.sign(gx))
+
+    step = jax.jit(jax.grad(adversarial)) if jit else jax.grad(adversarial)
+    moved = x + 0.1 * jnp.sign(jax.grad(loss, argnums=1)(p, x))
+    assert_close(step(p), jax.grad(loss)(p, moved))
+    penalty = jax.grad(lambda q: jnp.sum(jax.grad(loss)(q, x).W ** 2))
+    with pytest.raises(NotImplementedError, match="computes first derivatives only"):
+        (jax.jit(penalty) if jit else penalty)(p)
+
+
 def test_reverse_mode_jacobians_and_forward_mode_refused():
     """jacrev equals the scan's jacobian; JAX refuses forward mode of a custom_vjp, in its
     words (the README quotes them)."""

@@ -24,6 +24,12 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import ShapedArray
+try:
+    from jax.extend.core import Primitive
+except ImportError:                     # JAX before jax.extend.core
+    from jax.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
 from .. import layer as _layer
 from .._bridge_options import check_truncation
@@ -216,12 +222,39 @@ def _callback(fn, shapes, *args):
     return jax.pure_callback(fn, shapes, *args, vmap_method="sequential")
 
 
+SECOND = ("fastbptt.jax computes first derivatives only: the derivative of a gradient "
+          "(jax.hessian, jax.grad of jax.grad, a gradient penalty) is not supported; use a "
+          "lax.scan layer for that")
+
+
 @_callback.defjvp
 def _no_second_derivatives(fn, shapes, primals, tangents):
-    raise NotImplementedError(
-        "fastbptt.jax computes first derivatives only: the derivative of a gradient "
-        "(jax.hessian, jax.grad of jax.grad, a gradient penalty) is not supported; use a "
-        "lax.scan layer for that")
+    """The callback's outputs, and as their tangents `_second`'s, which refuses to be
+    computed or transposed: a program whose result needs them (a second derivative)
+    fails with `SECOND` while it is traced, and one that does not (an inner gradient
+    behind ``stop_gradient``, an adversarial input's, say) drops them unused."""
+    floats = [t for t in jax.tree_util.tree_leaves(tangents) if t.dtype != jax.dtypes.float0]
+    leaves, tree = jax.tree_util.tree_flatten(shapes)
+    inexact = tuple(s for s in leaves if jnp.issubdtype(s.dtype, jnp.inexact))
+    refused = iter(_second.bind(*floats, shapes=inexact))
+    out = [next(refused) if jnp.issubdtype(s.dtype, jnp.inexact) else
+           np.zeros(s.shape, jax.dtypes.float0) for s in leaves]     # the key's: none
+    return _callback(fn, shapes, *primals), jax.tree_util.tree_unflatten(tree, out)
+
+
+def _refuse(*args, **params):
+    raise NotImplementedError(SECOND)
+
+
+_second = Primitive("fastbptt_second_derivative")
+_second.multiple_results = True
+_second.def_abstract_eval(
+    lambda *tangents, shapes: [ShapedArray(s.shape, s.dtype) for s in shapes])
+_second.def_impl(_refuse)
+mlir.register_lowering(_second, _refuse)
+ad.primitive_jvps[_second] = _refuse
+ad.primitive_transposes[_second] = _refuse
+batching.primitive_batchers[_second] = _refuse
 
 
 _run.defvjp(_run_fwd, _run_bwd)
