@@ -4,6 +4,7 @@ import collections
 import os
 import subprocess
 import sys
+import threading
 import typing
 
 import numpy as np
@@ -317,6 +318,26 @@ def test_a_jacobian_runs_the_forward_pass_once(monkeypatch):
     got = jax.jacrev(lambda p: fj.lstm(p, x)[1])(p)
     assert len(runs) == 1
     assert_close(got, jax.jacrev(lambda p: reference("lstm", p, x)[1])(p))
+    # two threads at once, whose rows interleave: each finds its own (they ran the
+    # forward pass again for most rows while one entry stayed at hand for all threads)
+    jacobian = jax.jit(jax.jacrev(lambda p, x: fj.lstm(p, x)[1]))
+    inputs = [x, 2 * x]
+    want = [jacobian(p, v) for v in inputs]
+    runs.clear()
+    got = [None] * 2
+
+    def work(i):
+        got[i] = [jacobian(p, inputs[i]) for _ in range(3)]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(runs) == 6
+    for i in range(2):
+        for g in got[i]:
+            assert_close(g, want[i], 0)
 
 
 def test_the_store_holds_at_most_its_budget(monkeypatch):

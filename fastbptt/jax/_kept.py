@@ -20,9 +20,11 @@ bytes (a quarter of the machine's memory): past it the oldest are pushed out. Ea
 holds that call's states ((T + 1) B H numbers, more for the gated cells), W's padded
 copies and the layer's params as the callback received them (a copy of U and W).
 
-The entry taken last stays at hand until the next forward pass or the next entry taken:
-a batched backward pass (``jax.jacrev``, a ``vmap`` of a pullback) runs the backward
-callback once per row of cotangents with the same key, and each row finds it.
+The entry a thread took last stays at hand until that thread runs the next forward pass
+or takes the next entry: a batched backward pass (``jax.jacrev``, a ``vmap`` of a
+pullback) runs the backward callback once per row of cotangents with the same key, and
+each row finds it, also where several run at once (a device's callbacks of
+``jax.shard_map`` run on a thread of its own).
 """
 from __future__ import annotations
 
@@ -41,7 +43,8 @@ _limit = LIMIT
 _kept = OrderedDict()   # key: (back, bytes)
 _bytes = 0
 _pushed = OrderedDict()  # the counters of keys pushed out and not asked for, up to MOST
-_last = None            # (key, back, bytes) of the entry taken last
+_last = OrderedDict()   # thread: (key, back, bytes) of the entry it took last
+THREADS = 64            # the most threads whose last entries stay at hand
 _lock = threading.Lock()
 
 
@@ -75,7 +78,7 @@ def keep(back, nbytes=0):
     array."""
     global _next, _bytes
     with _lock:
-        _drop_last()
+        _drop_last(threading.get_ident())
         n, _next = _next, _next + 1
         key = (*_NONCE, n >> 32 & 0xFFFFFFFF, n & 0xFFFFFFFF)
         _kept[key] = (back, nbytes)
@@ -90,18 +93,22 @@ def keep(back, nbytes=0):
 
 
 def take(key):
-    """The ``back`` kept under ``key``, removed from the store (the last one taken stays
-    at hand); None if it is not there (and the limit grown if it was pushed out: see the
+    """The ``back`` kept under ``key``, removed from the store (the last one each thread
+    took stays at hand); None if it is not there (and the limit grown if it was pushed out: see the
     module's note)."""
-    global _last, _limit
+    global _limit
     key = tuple(int(k) for k in np.asarray(key))
     with _lock:
-        if _last is not None and _last[0] == key:
-            return _last[1]
+        for last in _last.values():
+            if last[0] == key:
+                return last[1]
         back, size = _kept.pop(key, (None, 0))
         if back is not None:
-            _drop_last()
-            _last = (key, back, size)           # its bytes still counted
+            thread = threading.get_ident()
+            _drop_last(thread)
+            _last[thread] = (key, back, size)   # its bytes still counted
+            while len(_last) > THREADS:
+                _drop_last(next(iter(_last)))
         n = key[2] << 32 | key[3]
         if back is None and key[:2] == _NONCE and n in _pushed:
             del _pushed[n]
@@ -109,18 +116,18 @@ def take(key):
         return back
 
 
-def _drop_last():
-    global _last, _bytes
-    if _last is not None:
-        _bytes -= _last[2]
-        _last = None
+def _drop_last(thread):
+    global _bytes
+    last = _last.pop(thread, None)
+    if last is not None:
+        _bytes -= last[2]
 
 
 def _clear():
     global _bytes, _limit
     _kept.clear()
     _pushed.clear()
-    _drop_last()
+    _last.clear()
     _bytes, _limit = 0, LIMIT
 
 
