@@ -186,7 +186,7 @@ def model_bytes(options, vocab):
     return np.dtype(options.dtype).itemsize * (weights * (2 + state) + work)
 
 
-def _memory_limit():
+def memory_limit():
     """Physical memory, or the container's limit where that is lower (bytes), or None."""
     limits = []
     try:
@@ -218,7 +218,7 @@ def _size(n):
 def memory(need, what, fix, limit=None):
     """CommandError when ``need`` bytes (for ``what``) cannot fit in this machine's memory,
     before anything that large is allocated; ``fix`` says what to change."""
-    limit = _memory_limit() if limit is None else limit
+    limit = memory_limit() if limit is None else limit
     if limit is not None and need > limit:
         raise CommandError(f"{what} needs about {_size(need)}, more than the {_size(limit)} "
                            f"of this machine; {fix}")

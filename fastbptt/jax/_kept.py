@@ -16,9 +16,10 @@ then grows to the number of forward passes kept since that one, up to `MOST`, so
 the program's next steps find them all. Backward passes that never come (a
 ``jax.checkpoint``'s first forward pass, a dropped pullback) ask for nothing, and leave
 the limit where it is. Whatever the limit, the entries kept hold at most `budget()`
-bytes (a quarter of the machine's memory): past it the oldest are pushed out. Each
-holds that call's states ((T + 1) B H numbers, more for the gated cells), W's padded
-copies and the layer's params as the callback received them (a copy of U and W).
+bytes (a quarter of the machine's memory, or of its container's limit): past it the
+oldest are pushed out. Each holds that call's states ((T + 1) B H numbers, more for the
+gated cells), W's padded copies and the layer's params as the callback received them (a
+copy of U and W).
 
 The entry a thread took last stays at hand until that thread runs the next forward pass
 or takes the next entry: a batched backward pass (``jax.jacrev``, a ``vmap`` of a
@@ -35,6 +36,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .._preflight import memory_limit
+
 LIMIT = 16              # entries kept at first
 MOST = 4096             # the most the limit grows to
 _NONCE = (secrets.randbits(32), secrets.randbits(32))     # this process's keys only
@@ -49,12 +52,10 @@ _lock = threading.Lock()
 
 
 def budget():
-    """The most bytes the entries hold together: a quarter of the machine's memory
-    (4 GiB where it cannot be read)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
-    except (AttributeError, ValueError, OSError):
-        return 4 << 30
+    """The most bytes the entries hold together: a quarter of the machine's memory, or of
+    the container's limit where that is lower (4 GiB where neither can be read)."""
+    limit = memory_limit()
+    return 4 << 30 if limit is None else limit // 4
 
 
 _BUDGET = budget()
