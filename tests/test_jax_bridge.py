@@ -1,6 +1,7 @@
 """fastbptt.jax against the same layers written as a ``lax.scan``, under ``jit``, in
 float64 (x64) and float32."""
 import collections
+import functools
 import os
 import subprocess
 import sys
@@ -652,6 +653,64 @@ def test_an_inner_gradient_behind_stop_gradient_is_a_first_derivative(jit):
         (jax.jit(penalty) if jit else penalty)(p)
 
 
+@pytest.mark.parametrize("cell", ["elman", "gru", "lstm"])
+@pytest.mark.parametrize("jit", [False, True])
+def test_the_value_of_an_inner_vjp_is_differentiated_as_the_layer(cell, jit):
+    """The value of a ``jax.vjp`` or ``jax.value_and_grad`` inside the function
+    differentiated (its gradient used behind ``stop_gradient``, or not at all) has the
+    layer's gradient: every input's, h0 and c0 included, equal to the scan's. It was
+    refused as a second derivative."""
+    rng = np.random.default_rng(17)
+    p, fn = draw(cell, rng), layer_fn(cell)
+    x = jnp.asarray(rng.normal(size=(B, T, L)))
+    states = tuple(jnp.asarray(rng.normal(size=(B, H)))
+                   for _ in range(2 if cell == "lstm" else 1))
+
+    def inner(layer):
+        def value(p, x, s):
+            v, pullback = jax.vjp(lambda p, x, s: loss_of(layer(p, x, *s)), p, x, s)
+            return v
+        def logged(p, x, s):
+            v, g = jax.value_and_grad(lambda p: loss_of(layer(p, x, *s)))(p)
+            return 2 * v + 0 * jax.lax.stop_gradient(jnp.sum(g.W))
+        return value, logged
+
+    ref = functools.partial(reference, cell)
+    for ours, want in zip(inner(fn), inner(ref)):
+        grad = jax.grad(ours, argnums=(0, 1, 2))
+        got = (jax.jit(grad) if jit else grad)(p, x, states)
+        assert_close(got, jax.grad(want, argnums=(0, 1, 2))(p, x, states))
+        # with a vmap inside: each row's call
+        batched = jax.grad(lambda p, xs: jnp.sum(jax.vmap(ours, (None, 0, None))(p, xs, states)),
+                           argnums=(0, 1))
+        xs = jnp.stack([x, -x])
+        got = (jax.jit(batched) if jit else batched)(p, xs)
+        assert_close(got, jax.grad(lambda p, xs: jnp.sum(
+            jax.vmap(want, (None, 0, None))(p, xs, states)), argnums=(0, 1))(p, xs))
+    forward = inner(fn)[0]
+    with pytest.raises(NotImplementedError, match="computes first derivatives only, in "
+                                                  r"reverse mode .* forward mode"):
+        jax.jvp(lambda x: forward(p, x, states), (x,), (x,))
+
+
+def test_an_inner_gradient_behind_stop_gradient_under_vmap_is_a_first_derivative():
+    """FGSM of each row of a ``vmap`` inside the function differentiated: equal to the
+    scan's. It was refused as a second derivative."""
+    rng = np.random.default_rng(19)
+    p = draw("gru", rng)
+    xs = jnp.asarray(rng.normal(size=(2, B, T, L)))
+
+    def adversarial(layer):
+        def loss(p, x):
+            return jnp.sum(jnp.sin(layer(p, x)[0]))
+        def one(p, x):
+            gx = jax.lax.stop_gradient(jax.grad(loss, argnums=1)(p, x))
+            return loss(p, x + 0.1 * jnp.sign(gx))
+        return jax.grad(lambda p: jnp.sum(jax.vmap(one, (None, 0))(p, xs)))
+
+    assert_close(adversarial(fj.gru)(p), adversarial(functools.partial(reference, "gru"))(p))
+
+
 def test_reverse_mode_jacobians_and_forward_mode_refused():
     """jacrev equals the scan's jacobian; JAX refuses forward mode of a custom_vjp, in its
     words (the README quotes them)."""
@@ -682,9 +741,12 @@ h0 = jnp.asarray(r.normal(size=(4, 4)))
 def loss(p, x, h0):
     h, hf, cf = fj.lstm(p, x, h0)
     return jnp.sum(h ** 2) + jnp.sum(hf) + jnp.sum(cf ** 3)
+def inner(p, x, h0):                    # the value of a value_and_grad inside
+    v, g = jax.value_and_grad(loss)(p, x, h0)
+    return v + 0 * jax.lax.stop_gradient(jnp.sum(g["W"]))
 worst = 0.0
-for check in (True, False):
-    whole = jax.shard_map(lambda p, x, h0: jax.lax.psum(loss(p, x, h0), "d"), mesh=mesh,
+for check, fn in ((True, loss), (False, loss), (True, inner), (False, inner)):
+    whole = jax.shard_map(lambda p, x, h0: jax.lax.psum(fn(p, x, h0), "d"), mesh=mesh,
                           in_specs=(P(), P("d"), P("d")), out_specs=P(), check_vma=check)
     for inputs in (ids, x):
         args = (0, 2) if inputs is ids else (0, 1, 2)
@@ -699,7 +761,8 @@ print(worst)
 def test_shard_map_sums_the_devices_gradients():
     """In jax.shard_map over two host devices, with check_vma on and off, the gradients
     of the sum of the shards' losses are those of the whole batch's loss: a replicated
-    parameter's is the sum over devices (not one device's, counted twice)."""
+    parameter's is the sum over devices (not one device's, counted twice); also where
+    the loss is the value of a value_and_grad inside the function differentiated."""
     import subprocess
     import sys
     done = subprocess.run([sys.executable, "-c", SHARD_MAP], capture_output=True, text=True,

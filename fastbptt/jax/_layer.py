@@ -24,7 +24,6 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.core import ShapedArray
 try:
     from jax.extend.core import Primitive
 except ImportError:                     # JAX before jax.extend.core
@@ -184,23 +183,22 @@ class _Bound:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _run(opts, leaves, x, h0, c0, lengths):
-    outputs = _callback(_Bound(_forward_host, opts), opts.outputs, leaves, x, h0, c0,
-                        lengths)
-    return _per_device(outputs, _varying(leaves, x, h0, c0, lengths))
+    return _callback(_Bound(_forward_host, opts), opts.outputs,
+                     _varying(leaves, x, h0, c0, lengths), leaves, x, h0, c0, lengths)
 
 
 def _run_fwd(opts, leaves, x, h0, c0, lengths):
-    *outputs, key = _callback(_Bound(_forward_rule_host, opts),
-                              opts.outputs + (KEY,), leaves, x, h0, c0, lengths)
-    outputs = _per_device(tuple(outputs), _varying(leaves, x, h0, c0, lengths))
-    return outputs, (key, leaves, x, h0, c0, lengths)
+    *outputs, key = _callback(_Bound(_forward_rule_host, opts), opts.outputs + (KEY,),
+                              _varying(leaves, x, h0, c0, lengths), leaves, x, h0, c0,
+                              lengths)
+    return tuple(outputs), (key, leaves, x, h0, c0, lengths)
 
 
 def _run_bwd(opts, saved, cotangents):
     key, leaves, x, h0, c0, lengths = saved
     shapes = (tuple(map(_like, leaves)),) + tuple(
         _like(v) for v in ((None if opts.ids else x), h0, c0) if v is not None)
-    result = list(_callback(_Bound(_backward_host_flat, opts), shapes, key, leaves,
+    result = list(_callback(_Bound(_backward_host_flat, opts), shapes, (), key, leaves,
                             x, h0, c0, lengths, *cotangents))
     axes = _varying(leaves, x, h0, c0, lengths, cotangents)
     grads = tuple(_as_input(g, v, axes) for g, v in zip(result.pop(0), leaves))
@@ -214,47 +212,110 @@ def _backward_host_flat(opts, *args):
     return _backward_host(opts, *args[:6], args[6:])
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def _callback(fn, shapes, *args):
-    """Every host callback (the forward pass and the derivative rules'), with a derivative
-    rule of its own that says what a pure callback's refusal would not (a gradient's
-    derivative differentiates the rules' callbacks)."""
-    return jax.pure_callback(fn, shapes, *args, vmap_method="sequential")
+def _inexact(value):
+    return jnp.issubdtype(value.dtype, jnp.inexact)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _callback(fn, shapes, axes, *args):
+    """Every host callback (the forward pass and the derivative rules'), its float
+    results typed as varying over ``axes`` (`_per_device`), with a derivative rule of its
+    own that says what a pure callback's refusal would not (a gradient's derivative
+    differentiates the rules' callbacks)."""
+    out, tree = jax.tree_util.tree_flatten(
+        jax.pure_callback(fn, shapes, *args, vmap_method="sequential"))
+    return jax.tree_util.tree_unflatten(tree, [_per_device(v, axes) if _inexact(v) else v
+                                               for v in out])
 
 
 SECOND = ("fastbptt.jax computes first derivatives only: the derivative of a gradient "
           "(jax.hessian, jax.grad of jax.grad, a gradient penalty) is not supported; use a "
           "lax.scan layer for that")
+FORWARD_MODE = ("fastbptt.jax computes first derivatives only, in reverse mode (jax.grad, "
+                "jax.vjp, jax.jacrev): forward mode (jax.jvp, jax.jacfwd, jax.linearize, "
+                "jax.hessian) is not supported; use a lax.scan layer for that")
+_typeof = getattr(jax, "typeof", None) or jax.core.get_aval
 
 
 @_callback.defjvp
-def _no_second_derivatives(fn, shapes, primals, tangents):
-    """The callback's outputs, and as their tangents `_second`'s, which refuses to be
-    computed or transposed: a program whose result needs them (a second derivative)
-    fails with `SECOND` while it is traced, and one that does not (an inner gradient
-    behind ``stop_gradient``, an adversarial input's, say) drops them unused."""
-    floats = [t for t in jax.tree_util.tree_leaves(tangents) if t.dtype != jax.dtypes.float0]
-    leaves, tree = jax.tree_util.tree_flatten(shapes)
-    inexact = tuple(s for s in leaves if jnp.issubdtype(s.dtype, jnp.inexact))
-    refused = iter(_second.bind(*floats, shapes=inexact))
-    out = [next(refused) if jnp.issubdtype(s.dtype, jnp.inexact) else
-           np.zeros(s.shape, jax.dtypes.float0) for s in leaves]     # the key's: none
-    return _callback(fn, shapes, *primals), jax.tree_util.tree_unflatten(tree, out)
+def _tangents(fn, shapes, axes, primals, tangents):
+    """The callback's outputs and their tangents. The forward rule's outputs are the
+    layer's, whose derivative is a first one: their tangents are `_linear`'s, which the
+    backward rule transposes (the value of a ``jax.vjp`` or ``jax.value_and_grad``
+    inside a function differentiated). The others' (a gradient's) are `_second`'s, which
+    refuses to be computed or transposed: a program whose result needs them (a second
+    derivative) fails with `SECOND` while it is traced, and one that does not (an inner
+    gradient behind ``stop_gradient``, an adversarial input's, say) drops them unused."""
+    out = _callback(fn, shapes, axes, *primals)
+    flat, tree = jax.tree_util.tree_flatten(out)
+    avals = tuple(_typeof(v) for v in flat if _inexact(v))
+    given = [t for t in jax.tree_util.tree_leaves(tuple(tangents))
+             if t.dtype != jax.dtypes.float0]
+    if fn.fn is _forward_rule_host:
+        operands, inputs = jax.tree_util.tree_flatten(tuple(primals))
+        made = iter(_linear.bind(flat[-1], *operands, *given, avals=avals, opts=fn.opts,
+                                 inputs=inputs))
+    else:
+        made = iter(_second.bind(*given, avals=avals))
+    return out, jax.tree_util.tree_unflatten(tree, [        # the key's: none
+        next(made) if _inexact(v) else np.zeros(v.shape, jax.dtypes.float0) for v in flat])
 
 
-def _refuse(*args, **params):
+def _refuse_second(*args, **params):
     raise NotImplementedError(SECOND)
 
 
-_second = Primitive("fastbptt_second_derivative")
-_second.multiple_results = True
-_second.def_abstract_eval(
-    lambda *tangents, shapes: [ShapedArray(s.shape, s.dtype) for s in shapes])
-_second.def_impl(_refuse)
-mlir.register_lowering(_second, _refuse)
-ad.primitive_jvps[_second] = _refuse
-ad.primitive_transposes[_second] = _refuse
-batching.primitive_batchers[_second] = _refuse
+def _refuse_forward(*args, **params):
+    raise NotImplementedError(FORWARD_MODE)
+
+
+def _row_by_row(primitive):
+    """A primitive's rule under ``vmap`` (a vmap inside the function differentiated): one
+    call per row, as the callbacks run (``vmap_method="sequential"``), in a ``lax.map``,
+    whose transpose sums the cotangents of operands that do not vary."""
+    def batched(args, dims, **params):
+        mapped = [d is not None for d in dims]
+
+        def row(values):
+            values = iter(values)
+            return primitive.bind(*(next(values) if m else a for a, m in zip(args, mapped)),
+                                  **params)
+
+        out = jax.lax.map(row, [jnp.moveaxis(a, d, 0) for a, d, m in zip(args, dims, mapped)
+                                if m])
+        return out, [0] * len(out)
+    return batched
+
+
+def _linear_transpose(cotangents, key, *args, avals, opts, inputs):
+    """The backward rule applied to the cotangents of `_linear`'s outputs: the cotangents
+    of its tangent operands (those of the forward rule's float inputs)."""
+    primals = args[:inputs.num_leaves]
+    leaves, x, h0, c0, lengths = jax.tree_util.tree_unflatten(inputs, primals)
+    cotangents = [jnp.zeros(a.shape, a.dtype) if type(c) is ad.Zero else c
+                  for c, a in zip(cotangents, avals)]
+    grads, dx, dh0, dc0, _ = _run_bwd(opts, (key, leaves, x, h0, c0, lengths), cotangents)
+    wanted = [g for g, v in zip((*grads, dx, dh0, dc0), (*leaves, x, h0, c0))
+              if v is not None and _inexact(v)]
+    return [None] * (1 + len(primals)) + wanted
+
+
+def _primitive(name, refuse, transpose):
+    """A primitive of the tangents a callback's rule gives: outputs of the types
+    ``avals`` (the callback's float outputs'), never computed."""
+    primitive = Primitive(name)
+    primitive.multiple_results = True
+    primitive.def_abstract_eval(lambda *args, avals, **params: list(avals))
+    primitive.def_impl(refuse)
+    mlir.register_lowering(primitive, refuse)
+    ad.primitive_jvps[primitive] = refuse
+    ad.primitive_transposes[primitive] = transpose
+    batching.primitive_batchers[primitive] = _row_by_row(primitive)
+    return primitive
+
+
+_second = _primitive("fastbptt_second_derivative", _refuse_second, _refuse_second)
+_linear = _primitive("fastbptt_forward_tangents", _refuse_forward, _linear_transpose)
 
 
 _run.defvjp(_run_fwd, _run_bwd)
