@@ -341,6 +341,38 @@ def test_a_jacobian_runs_the_forward_pass_once(monkeypatch):
             assert_close(g, want[i], 0)
 
 
+def test_a_vmap_of_jacobians_runs_each_forward_pass_once(monkeypatch):
+    """Under ``vmap`` the backward callback gets every row at once and takes each key's
+    rows together: a ``vmap`` of 4 ``jacrev`` ran 46 forward passes for 4 (the rows came
+    key after key, and each took the entry the one before had at hand). Rows that vary
+    in params, x, h0, c0 or lengths (the others broadcast) equal the scan's, nested
+    ``vmap`` too."""
+    runs = time_loops(monkeypatch)
+    rng = np.random.default_rng(21)
+    p = draw("lstm", rng)
+    xs = jnp.asarray(rng.normal(size=(4, B, T, L)))
+    jacobians = jax.vmap(jax.jacrev(lambda p, x: fj.lstm(p, x)[1]), in_axes=(None, 0))
+    for call in (jacobians, jax.jit(jacobians)):
+        runs.clear()
+        got = call(p, xs)
+        assert len(runs) == 4
+        assert_close(got, jax.vmap(jax.jacrev(lambda p, x: reference("lstm", p, x)[1]),
+                                   in_axes=(None, 0))(p, xs))
+    ps = jax.tree_util.tree_map(lambda v: jnp.stack([v, 0.5 * v]), p)
+    h0, c0 = (jnp.asarray(rng.normal(size=(2, B, H))) for _ in range(2))
+    ids = jnp.asarray(rng.integers(0, L, (2, B, T)))
+    lengths = jnp.asarray([[7, 2, 5], [3, 7, 1]])
+
+    def grads(layer):
+        def loss(p, x, h0, c0, lengths):
+            return loss_of(layer(p, x, h0, c0, lengths=lengths))
+        inner = jax.vmap(jax.grad(loss, argnums=(0, 2, 3)), in_axes=(0, 0, None, 0, 0))
+        return jax.vmap(inner, in_axes=(None, None, 0, None, None))
+
+    ours = grads(fj.lstm)(ps, ids, h0, c0, lengths)
+    assert_close(ours, grads(functools.partial(reference, "lstm"))(ps, ids, h0, c0, lengths))
+
+
 def test_the_store_holds_at_most_its_budget(monkeypatch):
     from fastbptt.jax import _kept
 

@@ -23,8 +23,8 @@ copy of U and W).
 
 The entry a thread took last stays at hand until that thread runs the next forward pass
 or takes the next entry: a batched backward pass (``jax.jacrev``, a ``vmap`` of a
-pullback) runs the backward callback once per row of cotangents with the same key, and
-each row finds it, also where several run at once (a device's callbacks of
+pullback) runs the rows of one key one after another (`_layer._backward_host_rows`),
+and each row finds it, also where several run at once (a device's callbacks of
 ``jax.shard_map`` run on a thread of its own).
 """
 from __future__ import annotations

@@ -198,7 +198,7 @@ def _run_bwd(opts, saved, cotangents):
     key, leaves, x, h0, c0, lengths = saved
     shapes = (tuple(map(_like, leaves)),) + tuple(
         _like(v) for v in ((None if opts.ids else x), h0, c0) if v is not None)
-    result = list(_callback(_Bound(_backward_host_flat, opts), shapes, (), key, leaves,
+    result = list(_callback(_Bound(_backward_host_rows, opts), shapes, (), key, leaves,
                             x, h0, c0, lengths, *cotangents))
     axes = _varying(leaves, x, h0, c0, lengths, cotangents)
     grads = tuple(_as_input(g, v, axes) for g, v in zip(result.pop(0), leaves))
@@ -208,8 +208,26 @@ def _run_bwd(opts, saved, cotangents):
     return grads, dx, dh0, dc0, None
 
 
-def _backward_host_flat(opts, *args):
-    return _backward_host(opts, *args[:6], args[6:])
+def _backward_host_rows(opts, *args):
+    """`_backward_host` of every row of a batch of them (``vmap_method="expand_dims"``:
+    each argument has the batch's leading axes, of size 1 where it does not vary), the
+    rows of one key one after another, so that each key's ``back`` is taken once (a
+    ``vmap`` of ``jax.jacrev`` gives the rows of its calls' keys in turn: row by row,
+    each call's forward pass ran again for almost every row)."""
+    axes = np.ndim(args[0]) - 1                              # the key's shape is (4,)
+    if axes == 0:
+        return _backward_host(opts, *args[:6], args[6:])
+    flat, tree = jax.tree_util.tree_flatten(args)
+    batch = np.broadcast_shapes(*(np.shape(a)[:axes] for a in flat))
+    n = int(np.prod(batch))
+    rows = [np.broadcast_to(a, batch + np.shape(a)[axes:]).reshape((n,) + np.shape(a)[axes:])
+            for a in flat]
+    results = [None] * n
+    for i in sorted(range(n), key=lambda i: tuple(rows[0][i])):
+        row = jax.tree_util.tree_unflatten(tree, [r[i] for r in rows])
+        results[i] = _backward_host(opts, *row[:6], row[6:])
+    return jax.tree_util.tree_map(
+        lambda *values: np.stack(values).reshape(batch + values[0].shape), *results)
 
 
 def _inexact(value):
@@ -222,8 +240,9 @@ def _callback(fn, shapes, axes, *args):
     results typed as varying over ``axes`` (`_per_device`), with a derivative rule of its
     own that says what a pure callback's refusal would not (a gradient's derivative
     differentiates the rules' callbacks)."""
+    rows = "expand_dims" if fn.fn is _backward_host_rows else "sequential"
     out, tree = jax.tree_util.tree_flatten(
-        jax.pure_callback(fn, shapes, *args, vmap_method="sequential"))
+        jax.pure_callback(fn, shapes, *args, vmap_method=rows))
     return jax.tree_util.tree_unflatten(tree, [_per_device(v, axes) if _inexact(v) else v
                                                for v in out])
 
