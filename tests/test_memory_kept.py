@@ -217,3 +217,34 @@ def test_a_back_says_how_many_bytes_it_holds():
         sizes.append(back.nbytes)
     assert sizes[1] > sizes[0]
     assert fastbptt.layer.vjp(np.zeros((4, 0), np.int64), layer)[1].nbytes == 0
+
+
+def test_the_jax_store_comes_back_down_to_what_a_program_needs(monkeypatch):
+    """A program that needed 40 entries kept (a scan of 40 calls, whose backward passes
+    come in reverse after all 40 forward passes) keeps its limit while it runs; once a
+    whole window of forward passes needed fewer, the limit comes back down to `LIMIT`,
+    and entries whose backward pass never comes no longer stay 40 deep. It never came
+    down: a program that once needed many kept that many of every later program's
+    dropped entries, up to a quarter of the memory."""
+    pytest.importorskip("jax", reason="needs JAX (the jax extra)")
+    from fastbptt.jax import _kept
+
+    monkeypatch.setattr(_kept, "WINDOW", 64)
+    _kept.clear()
+    try:
+        def scan(chunks=40):
+            keys = [_kept.keep(object()) for _ in range(chunks)]
+            return sum(_kept.take(k) is not None for k in reversed(keys))
+
+        assert scan() == _kept.LIMIT and _kept._limit == 40       # grew
+        for _ in range(30):                                        # 1200 forward passes:
+            assert scan() == 40 and _kept._limit == 40             # windows of 320
+        for _ in range(2 * 320):                                   # each taken at once
+            assert _kept.take(_kept.keep(object())) is not None
+        assert _kept._limit == _kept.LIMIT
+        for _ in range(100):                                       # never taken
+            _kept.keep(object())
+        assert len(_kept._kept) == _kept.LIMIT
+        assert scan() == _kept.LIMIT and _kept._limit == 40        # grows again
+    finally:
+        _kept.clear()

@@ -15,7 +15,11 @@ backward passes come for more (a ``lax.scan`` of many calls takes its forward pa
 then grows to the number of forward passes kept since that one, up to `MOST`, so that
 the program's next steps find them all. Backward passes that never come (a
 ``jax.checkpoint``'s first forward pass, a dropped pullback) ask for nothing, and leave
-the limit where it is. Whatever the limit, the entries kept hold at most `budget()`
+the limit where it is. The limit comes back down once a whole `WINDOW` of forward
+passes (or 8 times the limit, if more) needed fewer: to the most that a backward pass in
+that window found kept since its own, or `LIMIT`; so a program that once needed many
+keeps no more than it needs now (entries whose backward pass never comes would stay
+until pushed out). Whatever the limit, the entries kept hold at most `budget()`
 bytes (a quarter of the machine's memory, or of its container's limit): past it the
 oldest are pushed out. Each holds that call's states ((T + 1) B H numbers, more for the
 gated cells), W's padded copies and the layer's params as the callback received them (a
@@ -40,9 +44,12 @@ from .._preflight import memory_limit
 
 LIMIT = 16              # entries kept at first
 MOST = 4096             # the most the limit grows to
+WINDOW = 4096           # forward passes after which the limit comes down to what they needed
 _NONCE = (secrets.randbits(32), secrets.randbits(32))     # this process's keys only
 _next = 0               # the counter of the next key
 _limit = LIMIT
+_window = 0             # the counter that started this window
+_needed = 0             # the most entries kept since and with one a backward pass asked for
 _kept = OrderedDict()   # key: (back, bytes)
 _bytes = 0
 _pushed = OrderedDict()  # the counters of keys pushed out and not asked for, up to MOST
@@ -77,10 +84,12 @@ if hasattr(os, "register_at_fork"):
 def keep(back, nbytes=0):
     """Keep ``back``, which holds ``nbytes`` bytes; return its key as a (4,) uint32
     array."""
-    global _next, _bytes
+    global _next, _bytes, _limit, _window, _needed
     with _lock:
         _drop_last(threading.get_ident())
         n, _next = _next, _next + 1
+        if _next - _window >= max(WINDOW, 8 * _limit):
+            _limit, _window, _needed = max(LIMIT, _needed), _next, 0
         key = (*_NONCE, n >> 32 & 0xFFFFFFFF, n & 0xFFFFFFFF)
         _kept[key] = (back, nbytes)
         _bytes += nbytes
@@ -97,23 +106,25 @@ def take(key):
     """The ``back`` kept under ``key``, removed from the store (the last one each thread
     took stays at hand); None if it is not there (and the limit grown if it was pushed out: see the
     module's note)."""
-    global _limit
+    global _limit, _needed
     key = tuple(int(k) for k in np.asarray(key))
     with _lock:
         for last in _last.values():
             if last[0] == key:
                 return last[1]
         back, size = _kept.pop(key, (None, 0))
+        n = key[2] << 32 | key[3]
         if back is not None:
             thread = threading.get_ident()
             _drop_last(thread)
             _last[thread] = (key, back, size)   # its bytes still counted
             while len(_last) > THREADS:
                 _drop_last(next(iter(_last)))
-        n = key[2] << 32 | key[3]
-        if back is None and key[:2] == _NONCE and n in _pushed:
+            _needed = max(_needed, _next - n)
+        elif key[:2] == _NONCE and n in _pushed:
             del _pushed[n]
             _limit = min(MOST, max(_limit, _next - n))
+            _needed = max(_needed, min(MOST, _next - n))
         return back
 
 
@@ -125,11 +136,11 @@ def _drop_last(thread):
 
 
 def _clear():
-    global _bytes, _limit
+    global _bytes, _limit, _window, _needed
     _kept.clear()
     _pushed.clear()
     _last.clear()
-    _bytes, _limit = 0, LIMIT
+    _bytes, _limit, _window, _needed = 0, LIMIT, _next, 0
 
 
 def clear():
