@@ -113,12 +113,13 @@ def _earlier_run(path):
 
 
 def plot_file(path, option="--plot"):
-    """matplotlib is installed and can write ``path``'s format, and ``path`` can be written."""
+    """``path`` is a file name, matplotlib is installed and can write its format, and it
+    can be written."""
+    _named(path, option)                    # a usage error, with or without matplotlib
     try:
         from matplotlib.figure import Figure
     except ImportError:
         raise CommandError(f"{option} needs matplotlib: pip install 'fastbptt[plot]'") from None
-    _named(path, option)
     formats = Figure().canvas.get_supported_filetypes()
     ext = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
     if ext not in formats:

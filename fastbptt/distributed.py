@@ -52,8 +52,8 @@ try:
     import distributed as _dask
     from distributed.diagnostics.plugin import WorkerPlugin
 except ImportError:
-    raise ImportError("fastbptt.distributed needs Dask: pip install "
-                      "'fastbptt[distributed]'") from None
+    raise ModuleNotFoundError("fastbptt.distributed needs Dask: pip install "
+                              "'fastbptt[distributed]'") from None
 
 from . import __version__
 from ._cursors import BlockLost, CursorBlock, block_args, merge_states, split_rows

@@ -133,6 +133,24 @@ def test_sample_chars_0_draws_no_samples_and_an_empty_plot_name_is_refused(tmp_p
     assert not (tmp_path / "d.npz").exists()
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_plot_name_is_a_usage_error_without_matplotlib(tmp_path, capsys,
+                                                                 monkeypatch, name):
+    """Where matplotlib is not installed, an empty name is still the usage error it is
+    (status 2): it was answered with "--plot needs matplotlib" (status 1)."""
+    write_corpus(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for module in ("matplotlib", "matplotlib.figure"):
+        monkeypatch.setitem(sys.modules, module, None)
+    assert main(["train", "tiny.txt", *SMALL, "--plot", name, "--checkpoint", "d.npz"]) == 2
+    assert capsys.readouterr().err == (f"fastbptt train: --plot needs a file name; got "
+                                       f"{name!r}; see `fastbptt train -h`\n")
+    assert main(["train", "tiny.txt", *SMALL, "--plot", "a.png", "--checkpoint", "d.npz"]) == 1
+    assert capsys.readouterr().err == ("fastbptt train: --plot needs matplotlib: pip install "
+                                       "'fastbptt[plot]'\n")
+    assert not (tmp_path / "d.npz").exists()
+
+
 def test_an_ascii_locale_prints_text_it_cannot_encode_as_escapes(tmp_path):
     """LC_ALL=C without Python's UTF-8 mode: stdout is ASCII. A sample of non-ASCII text
     (and a --prime given in UTF-8, whose bytes the locale cannot decode) is printed with

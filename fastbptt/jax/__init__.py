@@ -30,7 +30,7 @@ Needs JAX: ``pip install 'fastbptt[jax]'``. ``import fastbptt`` does not import 
 try:
     import jax  # noqa: F401
 except ImportError:
-    raise ImportError("fastbptt.jax needs JAX: pip install 'fastbptt[jax]'") from None
+    raise ModuleNotFoundError("fastbptt.jax needs JAX: pip install 'fastbptt[jax]'") from None
 
 from ._layer import gru, lstm, rnn
 

@@ -17,7 +17,8 @@ Needs PyTorch: ``pip install 'fastbptt[torch]'``. ``import fastbptt`` does not i
 try:
     import torch  # noqa: F401
 except ImportError:
-    raise ImportError("fastbptt.torch needs PyTorch: pip install 'fastbptt[torch]'") from None
+    raise ModuleNotFoundError("fastbptt.torch needs PyTorch: pip install "
+                              "'fastbptt[torch]'") from None
 
 from ._modules import GRU, LSTM, RNN
 
