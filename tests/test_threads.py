@@ -91,8 +91,10 @@ def test_set_num_threads_round_trips_and_validates():
         fastbptt.set_num_threads(1.5)
 
 
-@pytest.mark.skipif(not can_slice() or MAX_THREADS < 2, reason="needs 2 CPUs and OpenBLAS's "
-                    "per-thread count")
+SLICES = "needs two CPUs and OpenBLAS's per-thread count (0.3.27: SciPy 1.13 or later)"
+
+
+@pytest.mark.skipif(not can_slice() or MAX_THREADS < 2, reason=SLICES)
 def test_a_count_set_while_another_threads_call_runs_in_slices_holds_after_it():
     """A call that runs in slices holds the BLAS at one thread (`one_blas_thread`) and
     restores the count when it ends: a `set_num_threads` made meanwhile is what it
@@ -177,6 +179,8 @@ def test_kernel_path_follows_batch_size_W_size_and_threads(B, H, threads, narrow
     from fastbptt import _stack
     from fastbptt._inputs import prepare
 
+    if threads > 1 and (MAX_THREADS < 2 or not can_slice()):
+        pytest.skip(SLICES)
     params = fastbptt.Params(np.zeros((H, 3), np.float32), np.zeros((H, H), np.float32),
                              np.zeros((2, H), np.float32))
     problem = prepare(np.zeros((B, 5), np.int64), np.zeros((B, 5), np.int64), params)
@@ -213,8 +217,8 @@ def test_slices_on_two_threads_give_the_one_thread_results(cell, layers, bidirec
     batch, and the matrix products over all steps are cut into slices of rows, so the
     states agree to the last bit; what those products sum (the loss, the weights'
     gradients, dh0, dx) may be grouped otherwise by BLAS."""
-    if fastbptt._threads.MAX_THREADS < 2:
-        pytest.skip("needs two CPUs")
+    if MAX_THREADS < 2 or not can_slice():
+        pytest.skip(SLICES)
     rng = np.random.default_rng(5)
     params = fastbptt.init_params(9, 40, 6, cell=cell, num_layers=layers,
                                   bidirectional=bidirectional, seed=3)
