@@ -34,7 +34,7 @@ from ._kernels.forward import forward
 from ._kernels.inputs import (gather_inputs, gather_inputs_part, input_grads,
                               input_weight_grads, project_inputs, scatter_ids,
                               scatter_ids_part)
-from ._kernels.matvec import pack_panels, pad_weights, padded, paneled, passes
+from ._kernels.matvec import pack_panels, pad_weights, padded, paneled
 from ._kernels.narrow import (NARROW, PANELS, backward_narrow, backward_narrow_whole,
                               forward_narrow, narrow_h0_grads, narrow_weight_grads,
                               to_feature_major)
@@ -44,11 +44,15 @@ from ._threads import (can_slice, ensure_default_threads, one_blas_thread, run_p
 from ._workspace import workspace
 from .params import Layer
 
-# Most bytes of W the narrow kernels may stream per step when they walk whole rows, one
-# pass over W per group of up to four sequences (`matvec.passes`): batches of NARROW to
-# PANELS - 1 sequences, on one BLAS thread. Measured here, these beat a BLAS product per
-# step below this (H = 512 float32: 2x at B = 8) and lose above it.
-NARROW_BYTES = 8 << 20
+# Batches of NARROW to PANELS - 1 sequences on one thread walk whole rows of W, one pass
+# per group of up to four sequences (`matvec.passes`), whatever W's size: a BLAS product
+# per step of so few columns packs W again every step. Measured on one thread, T = 50,
+# calls in turns in one process, whole rows against a BLAS product per step, float32:
+# LSTM H = 512 (W 4 MB), B = 7, 38.4 against 90.8 ms; LSTM H = 1024 (16 MB), B = 4, 5
+# and 7, 0.50, 0.47 and 0.43 of the time; GRU H = 1024, B = 6 and 7, 0.43 and 0.42;
+# Elman H = 2048 (16 MB), B = 4 and 7, 0.77 and 0.87. (Batches that walked more than
+# 8 MB a step so took the BLAS product until 2026-12-05: 2 to 2.4 times slower than
+# PyTorch's nn.LSTM at B = 7, H = 512.)
 # Batches of PANELS sequences or more walk W in panels (`matvec.panels_axpy`), which beat
 # a BLAS product per step at every size measured up to NARROW_MOST sequences (one
 # thread, float32: LSTM H = 1024, B = 16 in 0.71 of the time; B = 32, 0.80; GRU H = 1024,
@@ -77,20 +81,17 @@ UNITS_BYTES = 16 << 20
 
 def _narrow(problem):
     """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`): below
-    NARROW sequences always; up to NARROW_MOST on one thread (NARROW_MOST_SLICED on
-    several), when each thread's slice has PANELS sequences, or, on one BLAS thread, when
-    passes over whole rows of W stay within NARROW_BYTES per step. The choice does not
-    depend on the truncation, so that `forward` computes the very states `bptt` does.
-    Chosen once per call (kept on the problem), so a thread count changed meanwhile
-    cannot split a call across paths."""
+    NARROW sequences always; up to NARROW_MOST on one thread, and up to
+    NARROW_MOST_SLICED on several when each thread's slice has PANELS sequences. The
+    choice does not depend on the truncation, so that `forward` computes the very states
+    `bptt` does. Chosen once per call (kept on the problem), so a thread count changed
+    meanwhile cannot split a call across paths."""
     if problem.narrow is None:
         B, threads = problem.B, threads_in_use()
-        W = problem.model.layers[0][0].W
         sliced = threads > 1 and can_slice()
         most = NARROW_MOST if threads == 1 else NARROW_MOST_SLICED
         problem.narrow = B < NARROW or B <= most and (
-            (threads == 1 or sliced) and B >= PANELS * threads
-            or threads == 1 and passes.py_func(B) * W.nbytes <= NARROW_BYTES)
+            threads == 1 or sliced and B >= PANELS * threads)
         problem.slices = batch_slices(B) if problem.narrow and sliced else (0, B)
         problem.units = unit_slices(problem) if len(problem.slices) > 2 else None
     return problem.narrow

@@ -134,7 +134,6 @@ def kernel_path(request, monkeypatch):
         monkeypatch.setattr(_stack, "NARROW", 10**9)
     else:
         monkeypatch.setattr(_stack, "NARROW", 0)
-        monkeypatch.setattr(_stack, "NARROW_BYTES", -1)
         monkeypatch.setattr(_stack, "NARROW_MOST", -1)
         monkeypatch.setattr(_stack, "NARROW_MOST_SLICED", -1)
     return request.param

@@ -164,7 +164,8 @@ def _the_pool_threads_split(B):
     (1, 1024, 2, True),        # a few sequences: always the narrow kernels
     (3, 128, 2, True),
     (4, 512, 1, True),         # whole rows: one pass over a 1 MB W per step
-    (4, 2048, 1, False),       # 16 MB per step: past the limit
+    (4, 2048, 1, True),        # 16 MB per step too (a BLAS product packed W every step)
+    (7, 2048, 1, True),        # three passes
     (8, 2048, 1, True),        # panels, whatever W's size
     (32, 1024, 1, True),
     (128, 128, 1, True),
