@@ -104,6 +104,8 @@ def test_a_port_that_takes_the_connection_and_never_answers_is_no_scheduler():
 def test_tls_settings_that_hold_a_certificates_text_connect_and_are_never_quoted():
     """Dask takes PEM text for its TLS settings; they were refused as no file, the text
     (a private key, it may be) quoted in the line."""
+    pytest.importorskip("cryptography", reason="Dask's Security.temporary() makes its "
+                        "certificates with cryptography, which no extra installs")
     import dask
     from distributed import LocalCluster, Security
 

@@ -56,11 +56,14 @@ def test_each_signal_during_training_saves_and_exits_with_its_status(folder):
     for signum in STATUS:
         ckpt = f"loop-{signum.name}.npz"
         args = ["train", "tiny.txt", *SMALL, "--time", "60", "--sample-every", "0",
-                "--checkpoint", ckpt]
+                "--checkpoint", ckpt, "--checkpoint-every", "20"]
+        (folder / ckpt).unlink(missing_ok=True)
         runs[signum] = (start(args, folder), ckpt)
-    for signum, (proc, _) in runs.items():
+    for signum, (proc, ckpt) in runs.items():
         read_until(proc, "training for 60 s")
-    time.sleep(0.3)                                      # some steps
+        deadline = time.monotonic() + 60         # some steps (20 or more), on a busy host too
+        while not (folder / ckpt).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
     for signum, (proc, _) in runs.items():
         proc.send_signal(signum)
     for signum, (proc, ckpt) in runs.items():
