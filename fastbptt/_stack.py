@@ -65,7 +65,12 @@ from .params import Layer
 # (`batch_slices`), each of PANELS sequences or more, up to NARROW_MOST_SLICED sequences
 # (on two threads at B = 256 the two paths measured from 0.88 to 1.05 against each other,
 # as the second core's load varied).
-NARROW_MOST = 512
+# Beyond 512 on one thread too, where the BLAS product per step had been kept (T = 4 to
+# 20, float32, in turns, panels against it): Elman H = 128, B = 513, 1024 and 4096, 0.45,
+# 0.39 and 0.38 of the time; LSTM H = 128, B = 513 and 1024, 0.69 and 0.61; LSTM H = 256,
+# B = 1024 and 4096, 0.74 and 0.72; Elman H = 512 and 1024, B = 1024, 0.62 and 0.73; GRU
+# H = 512, B = 1024, 0.73; LSTM H = 512, B = 2048, 0.80.
+NARROW_MOST = 4096
 NARROW_MOST_SLICED = 128
 # Sliced narrow batches with a W of UNITS_BYTES or more, whose hidden units split into
 # whole panels per thread, run split by units instead (`unit_slices`): each thread then

@@ -170,7 +170,9 @@ def _the_pool_threads_split(B):
     (32, 1024, 1, True),
     (128, 128, 1, True),
     (512, 128, 1, True),
-    (513, 128, 1, False),      # more than NARROW_MOST: BLAS
+    (513, 128, 1, True),       # panels beat a BLAS product per step beyond 512 too
+    (4096, 128, 1, True),
+    (4097, 128, 1, False),     # more than NARROW_MOST: BLAS
     (128, 128, 2, True),       # two threads, two slices of 64
     (130, 128, 2, False),      # more than NARROW_MOST_SLICED on two threads: BLAS
     (8, 128, 2, False),        # two threads, slices of fewer than 8: BLAS
