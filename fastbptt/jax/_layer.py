@@ -24,10 +24,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-try:
-    from jax.extend.core import Primitive
-except ImportError:                     # JAX before jax.extend.core
-    from jax.core import Primitive
+from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .. import layer as _layer
@@ -218,13 +215,19 @@ def _backward_host_rows(opts, *args):
     if axes == 0:
         return _backward_host(opts, *args[:6], args[6:])
     flat, tree = jax.tree_util.tree_flatten(args)
-    batch = np.broadcast_shapes(*(np.shape(a)[:axes] for a in flat))
+    flat = [np.asarray(a) for a in flat]
+    batch = np.broadcast_shapes(*(a.shape[:axes] for a in flat))
     n = int(np.prod(batch))
-    rows = [np.broadcast_to(a, batch + np.shape(a)[axes:]).reshape((n,) + np.shape(a)[axes:])
-            for a in flat]
+    where = np.unravel_index(np.arange(n), batch)
+    # each argument's rows as they are (no copy of one that does not vary per row), and
+    # which of them each row of the batch reads
+    rows = [a.reshape((-1,) + a.shape[axes:]) for a in flat]
+    picks = [np.ravel_multi_index(tuple(w if k > 1 else 0 * w
+                                        for w, k in zip(where, a.shape[:axes])),
+                                  a.shape[:axes]) for a in flat]
     results = [None] * n
-    for i in sorted(range(n), key=lambda i: tuple(rows[0][i])):
-        row = jax.tree_util.tree_unflatten(tree, [r[i] for r in rows])
+    for i in sorted(range(n), key=lambda i: tuple(rows[0][picks[0][i]])):
+        row = jax.tree_util.tree_unflatten(tree, [r[p[i]] for r, p in zip(rows, picks)])
         results[i] = _backward_host(opts, *row[:6], row[6:])
     return jax.tree_util.tree_map(
         lambda *values: np.stack(values).reshape(batch + values[0].shape), *results)
@@ -253,7 +256,6 @@ SECOND = ("fastbptt.jax computes first derivatives only: the derivative of a gra
 FORWARD_MODE = ("fastbptt.jax computes first derivatives only, in reverse mode (jax.grad, "
                 "jax.vjp, jax.jacrev): forward mode (jax.jvp, jax.jacfwd, jax.linearize, "
                 "jax.hessian) is not supported; use a lax.scan layer for that")
-_typeof = getattr(jax, "typeof", None) or jax.core.get_aval
 
 
 @_callback.defjvp
@@ -267,7 +269,7 @@ def _tangents(fn, shapes, axes, primals, tangents):
     gradient behind ``stop_gradient``, an adversarial input's, say) drops them unused."""
     out = _callback(fn, shapes, axes, *primals)
     flat, tree = jax.tree_util.tree_flatten(out)
-    avals = tuple(_typeof(v) for v in flat if _inexact(v))
+    avals = tuple(jax.typeof(v) for v in flat if _inexact(v))
     given = [t for t in jax.tree_util.tree_leaves(tuple(tangents))
              if t.dtype != jax.dtypes.float0]
     if fn.fn is _forward_rule_host:
