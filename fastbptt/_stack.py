@@ -82,21 +82,32 @@ NARROW_MOST_SLICED = 128
 # Elman H = 1024) even or up to 5% slower, as the threads wait for each other at every
 # step.
 UNITS_BYTES = 16 << 20
+# Calls of one or two steps with a W of at least this many bytes take a BLAS product per
+# step on W itself (`Direction.WTp` is then the view W.T): the narrow kernels first copy
+# W^T (`matvec.pad_weights`), which costs a few passes over W, as much as the steps
+# themselves. One thread, float32 unless said, calls in turns in one process, BLAS
+# against narrow (B = 1, 8, 32): T = 1, GRU H = 1024 0.36, 0.53, 0.66; LSTM H = 512 0.57,
+# 0.63, 0.70; Elman H = 256 (256 KB) 0.89, 0.91, 1.02; LSTM H = 128 (256 KB) 0.94, 0.80,
+# 0.96; Elman H = 128 (64 KB) 1.19, 1.13, 1.05. T = 2, LSTM H = 1024 0.54, 0.74, 0.88;
+# float64 Elman H = 512 (2 MB) 0.68, 0.94, 1.10; Elman H = 512 (1 MB) 0.78, 1.03, 1.09.
+# From T = 4 on the narrow kernels win but for B = 1 (Elman H = 512, B = 8: 1.29).
+FEW_STEPS = {1: 256 << 10, 2: 2 << 20}
 
 
 def _narrow(problem):
     """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`): below
     NARROW sequences always; up to NARROW_MOST on one thread, and up to
-    NARROW_MOST_SLICED on several when each thread's slice has PANELS sequences. The
-    choice does not depend on the truncation, so that `forward` computes the very states
+    NARROW_MOST_SLICED on several when each thread's slice has PANELS sequences; never
+    for the few steps of FEW_STEPS with a large W. The choice does not depend on the truncation, so that `forward` computes the very states
     `bptt` does. Chosen once per call (kept on the problem), so a thread count changed
     meanwhile cannot split a call across paths."""
     if problem.narrow is None:
         B, threads = problem.B, threads_in_use()
         sliced = threads > 1 and can_slice()
         most = NARROW_MOST if threads == 1 else NARROW_MOST_SLICED
-        problem.narrow = B < NARROW or B <= most and (
-            threads == 1 or sliced and B >= PANELS * threads)
+        few = problem.model.layers[0][0].W.nbytes >= FEW_STEPS.get(problem.T, 1 << 62)
+        problem.narrow = not few and (B < NARROW or B <= most and (
+            threads == 1 or sliced and B >= PANELS * threads))
         problem.slices = batch_slices(B) if problem.narrow and sliced else (0, B)
         problem.units = unit_slices(problem) if len(problem.slices) > 2 else None
     return problem.narrow
@@ -822,7 +833,9 @@ def _fill(fw, parallel):
                 direction.src, direction.width, direction.src_tm = src, width, src_tm
                 run_slices(project_inputs, row_slices(T * B, parallel), src, width, src_tm,
                            layer.U, bias, gates, plan.narrow)
-            if direction.WTc is None or not plan.back_tm:    # else panels alone serve
+            if not plan.narrow and T in FEW_STEPS:     # W^T's copy would not pay
+                direction.WTp = layer.W.T
+            elif direction.WTc is None or not plan.back_tm:    # else panels alone serve
                 pad_weights(layer.W, direction.WTp, direction.Wp)
             s = l * D + direction.d
             bh = bias_or_zeros(layer.bh, GH, dtype) if gru else fw.no_bh

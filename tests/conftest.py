@@ -132,6 +132,7 @@ def kernel_path(request, monkeypatch):
     from fastbptt import _stack
     if request.param == "narrow":
         monkeypatch.setattr(_stack, "NARROW", 10**9)
+        monkeypatch.setattr(_stack, "FEW_STEPS", {})
     else:
         monkeypatch.setattr(_stack, "NARROW", 0)
         monkeypatch.setattr(_stack, "NARROW_MOST", -1)

@@ -122,9 +122,10 @@ def _call_gemm(a, b, c, buffers):
 def gemm(a, b, c, alpha, beta, trans_a, trans_b, buffers):
     """c = alpha * op(a) @ op(b) + beta * c for row-major 2-D views.
 
-    op(a) is a.T when trans_a. Rows of every view must be contiguous. buffers comes from
-    `scratch(c)`. Row-major C is column-major C^T, so this calls
-    gemm(op_b, op_a, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc). For k = 0 the BLAS
+    op(a) is a.T when trans_a. Rows of every view must be contiguous, or for a its
+    columns (a the transpose of a row-major view, as W.T is: passed to the BLAS with
+    the other flag). buffers comes from `scratch(c)`. Row-major C is column-major C^T,
+    so this calls gemm(op_b, op_a, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc). For k = 0 the BLAS
     sets c = beta c (zero for beta = 0), as the reference BLAS defines it.
 
     The BLAS call itself is `_call_gemm`, not inlined: its one compiled body per dtype
@@ -139,12 +140,16 @@ def gemm(a, b, c, alpha, beta, trans_a, trans_b, buffers):
     ints[1] = m
     ints[2] = k
     ints[3] = _leading(b)
-    ints[4] = _leading(a)
     ints[5] = _leading(c)
     scalars[0] = alpha
     scalars[1] = beta
     flags[0] = _T if trans_b else _N
-    flags[1] = _T if trans_a else _N
+    if a.shape[1] > 1 and a.strides[1] != a.itemsize:
+        ints[4] = max(a.strides[1] // a.itemsize, a.shape[0])     # a.T is row-major
+        flags[1] = _N if trans_a else _T
+    else:
+        ints[4] = _leading(a)
+        flags[1] = _T if trans_a else _N
     _call_gemm(a.ctypes.data, b.ctypes.data, c.ctypes.data, buffers)
 
 
