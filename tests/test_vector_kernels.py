@@ -19,7 +19,7 @@ import pytest
 
 import fastbptt
 from fastbptt import reference
-from fastbptt._kernels.blas import TRANSPOSE_ROWS, transpose_into
+from fastbptt._kernels.blas import TRANSPOSE_BLOCKED, TRANSPOSE_ROWS, transpose_into
 from fastbptt._kernels.checks import all_finite, id_range
 from fastbptt._kernels.matvec import (KC, PANEL_BYTES, PREFETCH_BYTES, PREFETCH_GROUPS,
                                      VECTOR_BYTES, padded, paneled, panel_columns,
@@ -197,8 +197,12 @@ def test_narrow_paths_match_reference_at_larger_sizes(rng, dtype, H, B, truncati
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 1), (7, 5), (16, 16), (8, 8), (33, 64), (128, 101),
-                                   (100, 128), (17, 40), (300, 70), (2 * TRANSPOSE_ROWS, 48)])
+                                   (100, 128), (17, 40), (300, 70), (2 * TRANSPOSE_ROWS, 48),
+                                   "blocked"])
 def test_transpose_into_matches_numpy(rng, dtype, shape):
+    if shape == "blocked":      # past TRANSPOSE_BLOCKED, neither side a whole number of tiles
+        entries = TRANSPOSE_BLOCKED[np.dtype(dtype).itemsize // 8] // np.dtype(dtype).itemsize
+        shape = (2 * TRANSPOSE_ROWS + 3, entries // (2 * TRANSPOSE_ROWS) + 45)
     rows, cols = shape
     a = rng.standard_normal(shape).astype(dtype)
     out = np.zeros((cols, rows), dtype)
