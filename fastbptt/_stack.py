@@ -98,9 +98,10 @@ def _narrow(problem):
     """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`): below
     NARROW sequences always; up to NARROW_MOST on one thread, and up to
     NARROW_MOST_SLICED on several when each thread's slice has PANELS sequences; never
-    for the few steps of FEW_STEPS with a large W. The choice does not depend on the truncation, so that `forward` computes the very states
-    `bptt` does. Chosen once per call (kept on the problem), so a thread count changed
-    meanwhile cannot split a call across paths."""
+    for the few steps of FEW_STEPS with a large W. The choice does not depend on the
+    truncation, so that `forward` computes the very states `bptt` does. Chosen once per
+    call (kept on the problem), so a thread count changed meanwhile cannot split a call
+    across paths."""
     if problem.narrow is None:
         B, threads = problem.B, threads_in_use()
         sliced = threads > 1 and can_slice()
