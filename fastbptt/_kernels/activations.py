@@ -1,8 +1,8 @@
 """Activations and their derivatives on the rows of feature-major state arrays.
 
 Codes (shared with `fastbptt._inputs.ACTIVATIONS`): 0 tanh, 1 sigmoid, 2 relu, 3 identity.
-Derivatives are read off the output h = f(a) (SPEC.md §2). float32 arrays use the
-vectorizable functions of `mathfuncs`; float64 arrays use libm.
+Derivatives are read off the output h = f(a) (SPEC.md §2). Both dtypes use the
+vectorizable functions of `mathfuncs`.
 """
 
 from ._jit import jit
