@@ -125,8 +125,8 @@ def gemm(a, b, c, alpha, beta, trans_a, trans_b, buffers):
     op(a) is a.T when trans_a. Rows of every view must be contiguous, or for a its
     columns (a the transpose of a row-major view, as W.T is: passed to the BLAS with
     the other flag). buffers comes from `scratch(c)`. Row-major C is column-major C^T,
-    so this calls gemm(op_b, op_a, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc). For k = 0 the BLAS
-    sets c = beta c (zero for beta = 0), as the reference BLAS defines it.
+    so this calls gemm(op_b, op_a, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc). For
+    k = 0 the BLAS sets c = beta c (zero for beta = 0), as the reference BLAS defines it.
 
     The BLAS call itself is `_call_gemm`, not inlined: its one compiled body per dtype
     serves every call site and layout (inlined, each site's copy cost compile time).

@@ -101,8 +101,10 @@ def _float64_with_bits(typingctx, bits):
 
 # ln of the least normal float64, and the top of the range where 2^k stays normal
 _EXP64_LO, _EXP64_HI = -708.3964185322641, 709.78
-_LOG2E64, _LN2_HI64, _LN2_LO64 = 1.4426950408889634, 6.93145751953125e-1, 1.42860682030941723212e-6
-_EP0, _EP1, _EP2 = 1.26177193074810590878e-4, 3.02994407707441961300e-2, 9.99999999999999999910e-1
+_LOG2E64 = 1.4426950408889634
+_LN2_HI64, _LN2_LO64 = 6.93145751953125e-1, 1.42860682030941723212e-6
+_EP0, _EP1 = 1.26177193074810590878e-4, 3.02994407707441961300e-2
+_EP2 = 9.99999999999999999910e-1
 _EQ0, _EQ1 = 3.00198505138664455042e-6, 2.52448340349684104192e-3
 _EQ2, _EQ3 = 2.27265548208155028766e-1, 2.00000000000000000009e0
 _TP0, _TP1 = -9.64399179425052238628e-1, -9.92877231001918586564e1
@@ -134,7 +136,8 @@ def tanh64(x):
     0.625, else 1 - 2 / (exp64(2|x|) + 1), with x's sign; within 2 ulp of libm's."""
     y = min(abs(x), 22.0)                 # tanh(22) rounds to 1
     z = y * y
-    small = y + y * z * (((_TP0 * z + _TP1) * z + _TP2) / (((z + _TQ0) * z + _TQ1) * z + _TQ2))
+    p = ((_TP0 * z + _TP1) * z + _TP2) / (((z + _TQ0) * z + _TQ1) * z + _TQ2)
+    small = y + y * z * p
     large = 1.0 - 2.0 / (exp64(2.0 * y) + 1.0)
     w = np.float64(y < 0.625)             # arithmetic, not a branch: it vectorizes
     return math.copysign(w * small + (1.0 - w) * large, x)
