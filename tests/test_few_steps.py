@@ -14,16 +14,16 @@ import fastbptt
 from fastbptt import _stack
 from fastbptt._inputs import prepare_layer
 from fastbptt._kernels.blas import gemm, scratch
+from fastbptt.params import CELLS
 from models import (BACK_FIELDS, BPTT_FIELDS, IMPLS, OUT_FIELDS, cases, compare,
                     disagreement, params)
 
-GATES = {"elman": 1, "gru": 3, "lstm": 4}
 TOLERANCE = 1e-10
 
 
 def smallest_width(cell, T, dtype):
     """The least H whose W (G H, H) has FEW_STEPS[T] bytes or more."""
-    return math.ceil(math.sqrt(_stack.FEW_STEPS[T] / (GATES[cell] * np.dtype(dtype).itemsize)))
+    return math.ceil(math.sqrt(_stack.FEW_STEPS[T] / (CELLS[cell] * np.dtype(dtype).itemsize)))
 
 
 def narrow(cell, H, B, T, dtype):
@@ -33,7 +33,7 @@ def narrow(cell, H, B, T, dtype):
     return _stack.make_plan(prepare_layer(x, fastbptt.Model(layers[:1]))).narrow
 
 
-@pytest.mark.parametrize("cell", GATES)
+@pytest.mark.parametrize("cell", CELLS)
 @pytest.mark.parametrize("T", [1, 2])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_which_calls_take_the_BLAS_products(cell, T, dtype):
@@ -85,7 +85,7 @@ def test_few_steps_match_reference(rng, few_steps, case, T):
     assert all(e <= TOLERANCE for e in errors.values()), errors
 
 
-@pytest.mark.parametrize("cell", GATES)
+@pytest.mark.parametrize("cell", CELLS)
 @pytest.mark.parametrize("T", [1, 2])
 def test_a_large_W_agrees_with_the_narrow_kernels(rng, monkeypatch, cell, T):
     """At the sizes that take the BLAS products of themselves: two layers, both
