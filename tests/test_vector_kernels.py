@@ -1,7 +1,7 @@
 """Kernels written as explicit vector code, and the validation scans.
 
 - `rows_axpy`, the register-blocked step of narrow batches: its blocks cover 16, 8, 4,
-  2 and 1 vector registers for groups of 1, 2 and 4 sequences, walked forward or
+  2 and 1 vector registers for groups of 1 to 4 sequences, walked forward or
   backward; the shapes here reach every combination, and the end-to-end cases run hidden
   sizes that need several blocks and padding through the narrow forward and backward
   paths.
@@ -66,7 +66,8 @@ def test_rows_axpy_matches_numpy(rng, dtype, reverse):
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("S", [2, 3, 4, 5, 6, 7, 9])
 def test_rows_axpy_matches_numpy_for_several_sequences(rng, dtype, reverse, S):
-    """Groups of 4, 2 and 1 sequences, each with its blocks of 4, 8 or 16 registers."""
+    """Groups of 4, then one of the 1 to 3 left, each with its blocks of 16, 8 or 4
+    registers."""
     lanes = VECTOR_BYTES // np.dtype(dtype).itemsize
     for vectors in (1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 23):
         N = vectors * lanes

@@ -4,7 +4,7 @@ Numba's loops vectorize only where LLVM proves it can; these two pieces are writ
 as vector code directly. They compile for whatever vector width the machine has (LLVM
 splits a 64-byte vector on narrower machines) and cache like the other kernels.
 
-- `axpy_block`: out_s[:w] += sum_j x_s[j] R[j, :w] for one, two or four sequences s,
+- `axpy_block`: out_s[:w] += sum_j x_s[j] R[j, :w] for one to four sequences s,
   with the outputs held in registers and each row of R loaded once: the step of
   `matvec.rows_axpy`; `panel_block`, the blocks of `matvec.panels_axpy`, which add
   every output's rows in order.
@@ -139,6 +139,7 @@ def _axpy_block(vectors, nseq, halves=None, prefetch=False):
 # (registers, sequences): every block of at most 16 accumulator registers
 _a16_1, _a8_1, _a4_1, _a2_1, _a1_1 = (_axpy_block(v, 1) for v in (16, 8, 4, 2, 1))
 _a8_2, _a4_2, _a2_2, _a1_2 = (_axpy_block(v, 2) for v in (8, 4, 2, 1))
+_a4_3, _a2_3, _a1_3 = (_axpy_block(v, 3) for v in (4, 2, 1))
 _a4_4, _a2_4, _a1_4 = (_axpy_block(v, 4) for v in (4, 2, 1))
 # one sequence, rows added in order (`panel_block`)
 _o4_1, _o2_1, _o1_1 = (_axpy_block(v, 1, halves=1) for v in (4, 2, 1))
@@ -148,8 +149,8 @@ _p4_4 = _axpy_block(4, 4, prefetch=True)
 
 @jit(inline="always")
 def axpy_block(vectors, nseq, like, r, ldr, x, xstep, incx, out, ostep, K):
-    """`_axpy_block` for ``nseq`` in (1, 2, 4) sequences and ``vectors`` in
-    (16 / nseq, ..., 2, 1) registers of like's dtype."""
+    """`_axpy_block` for ``nseq`` in (1, 2, 3, 4) sequences and ``vectors`` in
+    (16 / nseq, ..., 2, 1) registers of like's dtype (4, 2, 1 for 3 sequences)."""
     if nseq == 4:
         if vectors == 4:
             _a4_4(like, r, ldr, x, xstep, incx, out, ostep, K)
@@ -157,6 +158,13 @@ def axpy_block(vectors, nseq, like, r, ldr, x, xstep, incx, out, ostep, K):
             _a2_4(like, r, ldr, x, xstep, incx, out, ostep, K)
         else:
             _a1_4(like, r, ldr, x, xstep, incx, out, ostep, K)
+    elif nseq == 3:
+        if vectors == 4:
+            _a4_3(like, r, ldr, x, xstep, incx, out, ostep, K)
+        elif vectors == 2:
+            _a2_3(like, r, ldr, x, xstep, incx, out, ostep, K)
+        else:
+            _a1_3(like, r, ldr, x, xstep, incx, out, ostep, K)
     elif nseq == 2:
         if vectors == 8:
             _a8_2(like, r, ldr, x, xstep, incx, out, ostep, K)
