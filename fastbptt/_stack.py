@@ -64,7 +64,12 @@ from .params import Layer
 # lag-major either way, 1.01 and 0.985). On n threads the batch runs as n slices at once
 # (`batch_slices`), each of PANELS sequences or more, up to NARROW_MOST_SLICED sequences
 # (on two threads at B = 256 the two paths measured from 0.88 to 1.05 against each other,
-# as the second core's load varied).
+# as the second core's load varied). Fewer than PANELS sequences a thread run on one
+# thread's narrow kernels, with the products over all steps on n BLAS threads, or split
+# by units (`unit_slices`); a BLAS product per step on two threads, which they took
+# until 2026-12-06, took from 1.2 to 2.8 times as long (T = 50 and 100, float32, calls in
+# turns: LSTM H = 1024, B = 6, 183 against 66 ms; LSTM H = 128, B = 8, 7.5 against 4.6;
+# GRU H = 1024, B = 8, 119 against 98; Elman H = 128, B = 4, 1.19 against 0.91).
 # Beyond 512 on one thread too, where the BLAS product per step had been kept (T = 4 to
 # 20, float32, in turns, panels against it): Elman H = 128, B = 513, 1024 and 4096, 0.45,
 # 0.39 and 0.38 of the time; LSTM H = 128, B = 513 and 1024, 0.69 and 0.61; LSTM H = 256,
@@ -96,39 +101,41 @@ FEW_STEPS = {1: 256 << 10, 2: 2 << 20}
 
 def _narrow(problem):
     """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`): below
-    NARROW sequences always; up to NARROW_MOST on one thread, and up to
-    NARROW_MOST_SLICED on several when each thread's slice has PANELS sequences; never
-    for the few steps of FEW_STEPS with a large W. The choice does not depend on the
-    truncation, so that `forward` computes the very states `bptt` does. Chosen once per
-    call (kept on the problem), so a thread count changed meanwhile cannot split a call
-    across paths."""
+    PANELS sequences a thread always; up to NARROW_MOST on one thread, and up to
+    NARROW_MOST_SLICED on several (in slices of PANELS sequences or more, or split by
+    units); never for the few steps of FEW_STEPS with a large W. The choice does not
+    depend on the truncation, so that `forward` computes the very states `bptt` does.
+    Chosen once per call (kept on the problem), so a thread count changed meanwhile
+    cannot split a call across paths."""
     if problem.narrow is None:
         B, threads = problem.B, threads_in_use()
         sliced = threads > 1 and can_slice()
         most = NARROW_MOST if threads == 1 else NARROW_MOST_SLICED
         few = problem.model.layers[0][0].W.nbytes >= FEW_STEPS.get(problem.T, 1 << 62)
-        problem.narrow = not few and (B < NARROW or B <= most and (
-            threads == 1 or sliced and B >= PANELS * threads))
+        problem.narrow = not few and (B < PANELS * threads or B <= most and (
+            threads == 1 or sliced))
         problem.slices = batch_slices(B) if problem.narrow and sliced else (0, B)
-        problem.units = unit_slices(problem) if len(problem.slices) > 2 else None
+        problem.units = unit_slices(problem, threads) if problem.narrow and sliced else None
+        if problem.units:
+            problem.slices = (0,) + tuple(part[3] for part in problem.units)
     return problem.narrow
 
 
-def unit_slices(problem):
-    """The threads' parts when a sliced narrow batch runs split by hidden units instead
+def unit_slices(problem, n):
+    """The n threads' parts when a narrow batch runs split by hidden units
     (`_kernels.narrow_units`): (u0, u1, b0, b1) per thread, units u0 ... u1-1 and the
-    sequences b0 ... b1-1 whose start and finish it does (`batch_slices`), each
-    thread's units whole panels of W's columns (`matvec.paneled`). None for a smaller
-    W (`UNITS_BYTES`), where H does not split so, or where the batch is too small to
-    walk W in panels."""
-    H, dtype = problem.sizes[1], problem.dtype
+    sequences b0 ... b1-1 whose start and finish it does (`batch_slices` where the batch
+    splits so, else n nearly equal parts), each thread's units whole panels of W's
+    columns (`matvec.paneled`). None for a smaller W (`UNITS_BYTES`), where H does not
+    split so, or where the batch does not walk W in panels (`narrow.PANELS`)."""
+    H, dtype, B = problem.sizes[1], problem.dtype, problem.B
     W = problem.model.layers[0][0].W
-    n = len(problem.slices) - 1
     size = H // n
     if W.nbytes < UNITS_BYTES or H % n or paneled(size, dtype) != size \
-            or problem.B < PANELS:
+            or not (B >= PANELS or B >= NARROW and W.shape[0] > H):
         return None
-    b = problem.slices
+    b = problem.slices if len(problem.slices) == n + 1 else \
+        tuple(B * i // n for i in range(n + 1))
     return tuple((i * size, (i + 1) * size, b[i], b[i + 1]) for i in range(n))
 
 

@@ -175,7 +175,8 @@ def _the_pool_threads_split(B):
     (4097, 128, 1, False),     # more than NARROW_MOST: BLAS
     (128, 128, 2, True),       # two threads, two slices of 64
     (130, 128, 2, False),      # more than NARROW_MOST_SLICED on two threads: BLAS
-    (8, 128, 2, False),        # two threads, slices of fewer than 8: BLAS
+    (8, 128, 2, True),         # two threads, too few to slice: one thread's loop
+    (15, 2048, 2, True),
     (16, 128, 2, True),        # two threads, two slices of 8
 ])
 def test_kernel_path_follows_batch_size_W_size_and_threads(B, H, threads, narrow):

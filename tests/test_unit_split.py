@@ -110,6 +110,43 @@ def test_units_give_the_bits_of_sequence_slices(cell, layers, bidirectional, den
 
 
 @two_cpus
+@pytest.mark.parametrize("cell,B", [("lstm", 4), ("gru", 7), ("elman", 9), ("lstm", 15)])
+@pytest.mark.parametrize("dense", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batches_too_small_to_slice_split_by_units_as_one_thread_runs_them(
+        cell, B, dense, dtype, monkeypatch):
+    """Fewer than two slices' worth of sequences (`narrow.PANELS` a thread) split by units
+    on two threads: the states are one thread's bits, the gradients one thread's to
+    the rounding of products that BLAS may group otherwise."""
+    rng = np.random.default_rng(11)
+    T, L, C = 17, 9, 6
+    H = 128 if dtype == np.float32 else 64         # two whole panels of units
+    params = fastbptt.init_params(L, H, C, cell=cell, dtype=dtype, seed=5)
+    x = rng.normal(size=(B, T, L)).astype(dtype) if dense else rng.integers(0, L, (B, T))
+    y = rng.integers(0, C, (B, T))
+    lengths = rng.integers(1, T + 1, B)
+    h0 = rng.normal(size=(1, B, H)).astype(dtype)
+    c0 = rng.normal(size=(1, B, H)).astype(dtype) if cell == "lstm" else None
+    if cell == "elman":
+        h0 = h0[0]
+
+    def run():
+        return fastbptt.bptt(x, y, params, lengths=lengths, h0=h0, c0=c0)
+
+    one = run()
+    two, ran = on_two_threads(run, True, monkeypatch)
+    assert ran == ["forward_units", "backward_units"]
+    np.testing.assert_array_equal(two.h_final, one.h_final)
+    if cell == "lstm":
+        np.testing.assert_array_equal(two.c_final, one.c_final)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    got, expected = leaves(two), leaves(one)
+    assert [n for n, _ in got] == [n for n, _ in expected] and len(got) > 5
+    for (name, a), (_, b) in zip(got, expected):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=name)
+
+
+@two_cpus
 @pytest.mark.parametrize("B,H,cell,dtype,threads,units", [
     (32, 1024, "lstm", np.float32, 2, ((0, 512, 0, 16), (512, 1024, 16, 32))),
     (19, 1024, "lstm", np.float32, 2, ((0, 512, 0, 8), (512, 1024, 8, 19))),
@@ -118,7 +155,14 @@ def test_units_give_the_bits_of_sequence_slices(cell, layers, bidirectional, den
     (32, 2048, "elman", np.float32, 2, ((0, 1024, 0, 16), (1024, 2048, 16, 32))),
     (32, 1056, "lstm", np.float32, 2, None),        # 528 units a thread: not whole panels
     (32, 1024, "gru", np.float64, 2, ((0, 512, 0, 16), (512, 1024, 16, 32))),
-    (12, 1024, "lstm", np.float32, 2, None),        # too few sequences to slice
+    # too few sequences to slice: units all the same, each thread the start and finish
+    # of half the batch
+    (12, 1024, "lstm", np.float32, 2, ((0, 512, 0, 6), (512, 1024, 6, 12))),
+    (5, 1024, "gru", np.float64, 2, ((0, 512, 0, 2), (512, 1024, 2, 5))),
+    (4, 1024, "lstm", np.float32, 2, ((0, 512, 0, 2), (512, 1024, 2, 4))),
+    (3, 1024, "lstm", np.float32, 2, None),         # whole rows, not panels
+    (7, 2048, "elman", np.float32, 2, None),        # likewise (Elman: panels from 8)
+    (8, 2048, "elman", np.float32, 2, ((0, 1024, 0, 4), (1024, 2048, 4, 8))),
 ])
 def test_which_batches_split_by_units(B, H, cell, dtype, threads, units):
     if threads > _threads.MAX_THREADS:
