@@ -44,9 +44,10 @@ from ._threads import (can_slice, ensure_default_threads, one_blas_thread, run_p
 from ._workspace import workspace
 from .params import Layer
 
-# Batches of NARROW to PANELS - 1 sequences on one thread walk whole rows of W, one pass
-# per group of up to four sequences (`matvec.passes`), whatever W's size: a BLAS product
-# per step of so few columns packs W again every step. Measured on one thread, T = 50,
+# Batches of NARROW to PANELS - 1 sequences on one thread run narrow, walking whole rows
+# of W, one pass per group of up to four sequences (`matvec.passes`), or panels
+# (`walks_panels`), whatever W's size: a BLAS product per step of so few columns packs W
+# again every step. Measured on one thread, T = 50,
 # calls in turns in one process, whole rows against a BLAS product per step, float32:
 # LSTM H = 512 (W 4 MB), B = 7, 38.4 against 90.8 ms; LSTM H = 1024 (16 MB), B = 4, 5
 # and 7, 0.50, 0.47 and 0.43 of the time; GRU H = 1024, B = 6 and 7, 0.43 and 0.42;
@@ -75,6 +76,15 @@ from .params import Layer
 # 0.39 and 0.38 of the time; LSTM H = 128, B = 513 and 1024, 0.69 and 0.61; LSTM H = 256,
 # B = 1024 and 4096, 0.74 and 0.72; Elman H = 512 and 1024, B = 1024, 0.62 and 0.73; GRU
 # H = 512, B = 1024, 0.73; LSTM H = 512, B = 2048, 0.80.
+# Elman batches of 5 to 7 sequences walk W in panels too where W is 2 MB or more, and of 4
+# where it is 16 MB or more: whole rows took two passes over W a step (groups of 4 and the
+# rest), panels one from L3 or memory. One thread, T = 50, calls in turns, panels against
+# whole rows: float32 H = 1024 (4 MB), B = 5, 6, 7, 0.70, 0.86, 0.90; H = 2048, 0.62, 0.65,
+# 0.76; float64 H = 512 (2 MB) 0.91, 0.90, 0.93; H = 768 0.88, 0.84, 0.90; float32 H = 768
+# (2.25 MB), B = 5, 0.98; with W of 1 MB or less 0.98 to 1.11. B = 4: float32 H = 2048
+# (16 MB) 0.84, float64 H = 1024 (8 MB) 0.97, float32 H = 1024 1.11, float64 H = 512 1.10.
+ELMAN_PANELS_BYTES = 2 << 20
+ELMAN_PANELS_BYTES_4 = 16 << 20
 NARROW_MOST = 4096
 NARROW_MOST_SLICED = 128
 # Sliced narrow batches with a W of UNITS_BYTES or more, whose hidden units split into
@@ -101,9 +111,10 @@ FEW_STEPS = {1: 256 << 10, 2: 2 << 20}
 
 def _narrow(problem):
     """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`): below
-    PANELS sequences a thread always; up to NARROW_MOST on one thread, and up to
-    NARROW_MOST_SLICED on several (in slices of PANELS sequences or more, or split by
-    units); never for the few steps of FEW_STEPS with a large W. The choice does not
+    NARROW sequences always; up to NARROW_MOST on one thread, and up to
+    NARROW_MOST_SLICED on n (in n slices of PANELS sequences or more, or split by units,
+    or below PANELS n on one thread); never for the few steps of FEW_STEPS with a large
+    W. The choice does not
     depend on the truncation, so that `forward` computes the very states `bptt` does.
     Chosen once per call (kept on the problem), so a thread count changed meanwhile
     cannot split a call across paths."""
@@ -112,8 +123,8 @@ def _narrow(problem):
         sliced = threads > 1 and can_slice()
         most = NARROW_MOST if threads == 1 else NARROW_MOST_SLICED
         few = problem.model.layers[0][0].W.nbytes >= FEW_STEPS.get(problem.T, 1 << 62)
-        problem.narrow = not few and (B < PANELS * threads or B <= most and (
-            threads == 1 or sliced))
+        problem.narrow = not few and (B < NARROW or B <= most and (
+            threads == 1 or sliced or B < PANELS * threads))
         problem.slices = batch_slices(B) if problem.narrow and sliced else (0, B)
         problem.units = unit_slices(problem, threads) if problem.narrow and sliced else None
         if problem.units:
@@ -127,16 +138,28 @@ def unit_slices(problem, n):
     sequences b0 ... b1-1 whose start and finish it does (`batch_slices` where the batch
     splits so, else n nearly equal parts), each thread's units whole panels of W's
     columns (`matvec.paneled`). None for a smaller W (`UNITS_BYTES`), where H does not
-    split so, or where the batch does not walk W in panels (`narrow.PANELS`)."""
+    split so, or where the batch does not walk W in panels (`walks_panels`)."""
     H, dtype, B = problem.sizes[1], problem.dtype, problem.B
     W = problem.model.layers[0][0].W
     size = H // n
     if W.nbytes < UNITS_BYTES or H % n or paneled(size, dtype) != size \
-            or not (B >= PANELS or B >= NARROW and W.shape[0] > H):
+            or not walks_panels(B, W):
         return None
     b = problem.slices if len(problem.slices) == n + 1 else \
         tuple(B * i // n for i in range(n + 1))
     return tuple((i * size, (i + 1) * size, b[i], b[i + 1]) for i in range(n))
+
+
+def walks_panels(B, W):
+    """Whether a narrow batch of B sequences walks W (a layer's, every layer's size) in
+    panels (`matvec.panels_axpy`) rather than whole rows (`matvec.rows_axpy`): from
+    PANELS sequences; from NARROW for a gated cell, and for Elman where W has
+    ELMAN_PANELS_BYTES or more (ELMAN_PANELS_BYTES_4 for a batch of NARROW, which whole
+    rows walk in one pass)."""
+    if B >= PANELS or B >= NARROW and W.shape[0] > W.shape[1]:
+        return True
+    return B >= NARROW and W.nbytes >= (ELMAN_PANELS_BYTES_4 if B == NARROW
+                                        else ELMAN_PANELS_BYTES)
 
 
 def batch_slices(B):
@@ -723,8 +746,8 @@ def _forward_for(p, plan, store):
             direction.kept = state_like(f"kept{name}", H if gru or lstm else 0, N)
             direction.WTp = store.get(f"WTp{name}", (H, NG), dtype)
             direction.Wp = store.get(f"Wp{name}", (GH, N), dtype)
-            # W^T and W walked in column panels (`matvec.panels_axpy`; `narrow.PANELS`)
-            panels = plan.narrow and (B >= PANELS or B >= NARROW and GH > H)
+            # W^T and W walked in column panels (`matvec.panels_axpy`; `walks_panels`)
+            panels = plan.narrow and walks_panels(B, p.model.layers[0][0].W)
             # (None, not an empty array: the kernels then compile without the panels' code)
             direction.WTc = store.get(f"WTc{name}", (H * paneled(NG, dtype),), dtype) \
                 if panels else None

@@ -40,6 +40,19 @@ def test_kernels_match_reference_with_panels(rng, monkeypatch, case):
     assert all(e <= TOLERANCE for e in errors.values()), errors
 
 
+@params(cases(head=False, cells={"elman": ("tanh", "relu")}))
+@pytest.mark.parametrize("B", [4, 7])
+def test_elman_batches_of_4_to_7_in_panels_match_reference(rng, monkeypatch, case, B):
+    """Elman batches of 4 to 7 sequences walk W in panels where W is large
+    (`_stack.walks_panels`): here at any size, against the reference."""
+    from fastbptt import _stack
+    monkeypatch.setattr(_stack, "ELMAN_PANELS_BYTES", 0)
+    monkeypatch.setattr(_stack, "ELMAN_PANELS_BYTES_4", 0)
+    assert _stack.walks_panels(B, np.zeros((8, 8)))
+    errors = compare(case, rng, IMPLS["kernels"], IMPLS["reference"], B=B)
+    assert all(e <= TOLERANCE for e in errors.values()), errors
+
+
 @pytest.mark.parametrize("cell", ["elman", "lstm", "gru"])
 @pytest.mark.parametrize("directions,truncation", [(1, "full"), (2, "full"), (1, "chunks")])
 def test_token_ids_through_rows_of_U_transposed(rng, kernel_path, cell, directions,

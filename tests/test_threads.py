@@ -195,6 +195,23 @@ def test_kernel_path_follows_batch_size_W_size_and_threads(B, H, threads, narrow
         fastbptt.set_num_threads(1)
 
 
+@pytest.mark.parametrize("B,H,cell,dtype,panels", [
+    (3, 1024, "lstm", np.float32, False),       # fewer than NARROW: whole rows
+    (4, 128, "lstm", np.float32, True),         # a gated cell from NARROW
+    (8, 64, "elman", np.float32, True),         # any cell from PANELS
+    (7, 512, "elman", np.float32, False),       # Elman: 1 MB, whole rows
+    (5, 724, "elman", np.float32, False),       # 2,096,704 bytes, one row short of 2 MB
+    (5, 725, "elman", np.float32, True),
+    (7, 512, "elman", np.float64, True),        # 2 MB
+    (4, 1024, "elman", np.float64, False),      # 8 MB, one group of 4: whole rows
+    (4, 2048, "elman", np.float32, True),       # 16 MB
+])
+def test_which_narrow_batches_walk_panels(B, H, cell, dtype, panels):
+    from fastbptt import _stack
+    G = fastbptt.params.CELLS[cell]
+    assert _stack.walks_panels(B, np.empty((G * H, H), dtype)) is panels
+
+
 @pytest.mark.parametrize("B,threads,bounds", [
     (3, 2, (0, 3)), (15, 2, (0, 15)), (16, 2, (0, 8, 16)), (19, 2, (0, 8, 19)),
     (32, 2, (0, 16, 32)), (32, 1, (0, 32)),

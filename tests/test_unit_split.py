@@ -161,7 +161,8 @@ def test_batches_too_small_to_slice_split_by_units_as_one_thread_runs_them(
     (5, 1024, "gru", np.float64, 2, ((0, 512, 0, 2), (512, 1024, 2, 5))),
     (4, 1024, "lstm", np.float32, 2, ((0, 512, 0, 2), (512, 1024, 2, 4))),
     (3, 1024, "lstm", np.float32, 2, None),         # whole rows, not panels
-    (7, 2048, "elman", np.float32, 2, None),        # likewise (Elman: panels from 8)
+    (7, 2048, "elman", np.float32, 2, ((0, 1024, 0, 3), (1024, 2048, 3, 7))),
+    (5, 1024, "elman", np.float32, 2, None),        # panels, but W of 4 MB
     (8, 2048, "elman", np.float32, 2, ((0, 1024, 0, 4), (1024, 2048, 4, 8))),
 ])
 def test_which_batches_split_by_units(B, H, cell, dtype, threads, units):

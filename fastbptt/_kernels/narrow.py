@@ -25,8 +25,9 @@ from .matvec import panels_axpy, passes, rows_axpy, rows_of_W
 NARROW = 4      # fewer sequences than this always run here
 # This many sequences or more walk W^T and W in panels (`matvec.panels_axpy`), as do a
 # gated cell's from NARROW on (its W^T's long rows read a new page each, which the
-# prefetcher does not follow). Elman layers of 4 to 7 sequences walk whole rows: in
-# panels they took 6% (B = 6) and 11% (B = 4) longer at H = 128.
+# prefetcher does not follow). Elman layers of 4 to 7 sequences walk whole rows where W
+# is small (`fastbptt._stack.walks_panels`): in panels they took 6% (B = 6) and 11%
+# (B = 4) longer at H = 128.
 PANELS = 8
 
 
