@@ -63,9 +63,12 @@ from .params import Layer
 # H = 256 0.90; Elman H = 128 0.89, H = 256 0.995 and 0.945 (B = 512), H = 512 0.89;
 # float64: LSTM 0.88, Elman H = 256 1.02; per-output windows, whose backward pass is
 # lag-major either way, 1.01 and 0.985). On n threads the batch runs as n slices at once
-# (`batch_slices`), each of PANELS sequences or more, up to NARROW_MOST_SLICED sequences
-# (on two threads at B = 256 the two paths measured from 0.88 to 1.05 against each other,
-# as the second core's load varied). Fewer than PANELS sequences a thread run on one
+# (`batch_slices`), each of PANELS sequences or more, up to NARROW_MOST sequences too: on
+# two threads, T = 20 and 50, float32, slices took 0.31 to 0.69 of the time of a BLAS
+# product per step, which batches of more than 128 took until 2026-12-06 (Elman H = 128,
+# B = 256, 1024 and 4096, 0.31 to 0.49; Elman H = 256 to 1024, B = 256 and 512, 0.43 to
+# 0.66; LSTM H = 128 to 512, B = 256 to 4096, 0.54 to 0.69; GRU H = 128 to 512, B = 256
+# and 2048, 0.49 to 0.56). Fewer than PANELS sequences a thread run on one
 # thread's narrow kernels, with the products over all steps on n BLAS threads, or split
 # by units (`unit_slices`); a BLAS product per step on two threads, which they took
 # until 2026-12-06, took from 1.2 to 2.8 times as long (T = 50 and 100, float32, calls in
@@ -86,7 +89,6 @@ from .params import Layer
 ELMAN_PANELS_BYTES = 2 << 20
 ELMAN_PANELS_BYTES_4 = 16 << 20
 NARROW_MOST = 4096
-NARROW_MOST_SLICED = 128
 # Sliced narrow batches with a W of UNITS_BYTES or more, whose hidden units split into
 # whole panels per thread, run split by units instead (`unit_slices`): each thread then
 # reads its part of W every step rather than all of it. Measured on two threads, B = 32,
@@ -111,19 +113,17 @@ FEW_STEPS = {1: 256 << 10, 2: 2 << 20}
 
 def _narrow(problem):
     """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`): below
-    NARROW sequences always; up to NARROW_MOST on one thread, and up to
-    NARROW_MOST_SLICED on n (in n slices of PANELS sequences or more, or split by units,
-    or below PANELS n on one thread); never for the few steps of FEW_STEPS with a large
-    W. The choice does not
+    NARROW sequences always; up to NARROW_MOST on one thread, and on n (in n slices of
+    PANELS sequences or more, or split by units, or below PANELS n on one thread); never
+    for the few steps of FEW_STEPS with a large W. The choice does not
     depend on the truncation, so that `forward` computes the very states `bptt` does.
     Chosen once per call (kept on the problem), so a thread count changed meanwhile
     cannot split a call across paths."""
     if problem.narrow is None:
         B, threads = problem.B, threads_in_use()
         sliced = threads > 1 and can_slice()
-        most = NARROW_MOST if threads == 1 else NARROW_MOST_SLICED
         few = problem.model.layers[0][0].W.nbytes >= FEW_STEPS.get(problem.T, 1 << 62)
-        problem.narrow = not few and (B < NARROW or B <= most and (
+        problem.narrow = not few and (B < NARROW or B <= NARROW_MOST and (
             threads == 1 or sliced or B < PANELS * threads))
         problem.slices = batch_slices(B) if problem.narrow and sliced else (0, B)
         problem.units = unit_slices(problem, threads) if problem.narrow and sliced else None

@@ -136,6 +136,5 @@ def kernel_path(request, monkeypatch):
     else:
         monkeypatch.setattr(_stack, "NARROW", 0)
         monkeypatch.setattr(_stack, "NARROW_MOST", -1)
-        monkeypatch.setattr(_stack, "NARROW_MOST_SLICED", -1)
     return request.param
 

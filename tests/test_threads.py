@@ -174,7 +174,9 @@ def _the_pool_threads_split(B):
     (4096, 128, 1, True),
     (4097, 128, 1, False),     # more than NARROW_MOST: BLAS
     (128, 128, 2, True),       # two threads, two slices of 64
-    (130, 128, 2, False),      # more than NARROW_MOST_SLICED on two threads: BLAS
+    (130, 128, 2, True),       # two threads, two slices of 64 and 66
+    (4096, 128, 2, True),
+    (4097, 128, 2, False),     # more than NARROW_MOST on two threads too: BLAS
     (8, 128, 2, True),         # two threads, too few to slice: one thread's loop
     (15, 2048, 2, True),
     (16, 128, 2, True),        # two threads, two slices of 8
