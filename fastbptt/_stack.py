@@ -99,6 +99,17 @@ NARROW_MOST = 4096
 # Elman H = 1024) even or up to 5% slower, as the threads wait for each other at every
 # step.
 UNITS_BYTES = 16 << 20
+# Fewer than NARROW sequences of a gated cell split by units, in panels, from a W of
+# FEW_UNITS_BYTES (an Elman layer's from UNITS_BYTES): on one thread their steps walk
+# whole rows of all of W. Two threads, T = 50, float32, calls in turns, by units against
+# one thread's whole rows, B = 1, 2, 3: LSTM H = 512 (4 MB) 0.46, 0.63, 0.71 to 0.88;
+# GRU H = 640 (4.7 MB) 0.56 (B = 1), 0.96 (B = 3); GRU H = 768 0.55, 0.64 (B = 1, 3);
+# LSTM H = 768 0.80, 0.65, 0.68; GRU H = 1024 0.52, 0.57, 0.75; LSTM H = 1024 0.56,
+# 0.57, 0.75; Elman H = 2048 (16 MB) 0.49 and 0.68 (B = 1, 3). With less: GRU H = 512
+# (3 MB) 1.32 to 1.57, LSTM H = 384 2.0, LSTM H = 256 3.9; Elman H = 1024 (4 MB) 0.83 to
+# 1.13, H = 1408 (7.6 MB) 1.26 and 0.71. (Batches of 4 to 7 in panels with less than
+# UNITS_BYTES: 1.18 to 1.33.)
+FEW_UNITS_BYTES = 4 << 20
 # Calls of one or two steps with a W of at least this many bytes take a BLAS product per
 # step on W itself (`Direction.WTp` is then the view W.T): the narrow kernels first copy
 # W^T (`matvec.pad_weights`), which costs a few passes over W, as much as the steps
@@ -137,13 +148,16 @@ def unit_slices(problem, n):
     (`_kernels.narrow_units`): (u0, u1, b0, b1) per thread, units u0 ... u1-1 and the
     sequences b0 ... b1-1 whose start and finish it does (`batch_slices` where the batch
     splits so, else n nearly equal parts), each thread's units whole panels of W's
-    columns (`matvec.paneled`). None for a smaller W (`UNITS_BYTES`), where H does not
-    split so, or where the batch does not walk W in panels (`walks_panels`)."""
+    columns (`matvec.paneled`). None for a smaller W (`UNITS_BYTES`; FEW_UNITS_BYTES
+    for fewer than NARROW sequences of a gated cell), where H does not split so, or
+    where a batch of NARROW or more does not walk W in panels (`walks_panels`); fewer
+    than NARROW split so walk W in panels too."""
     H, dtype, B = problem.sizes[1], problem.dtype, problem.B
     W = problem.model.layers[0][0].W
     size = H // n
-    if W.nbytes < UNITS_BYTES or H % n or paneled(size, dtype) != size \
-            or not walks_panels(B, W):
+    few = B < NARROW
+    if W.nbytes < (FEW_UNITS_BYTES if few and W.shape[0] > H else UNITS_BYTES) or H % n \
+            or paneled(size, dtype) != size or not (few or walks_panels(B, W)):
         return None
     b = problem.slices if len(problem.slices) == n + 1 else \
         tuple(B * i // n for i in range(n + 1))
@@ -714,12 +728,13 @@ def _dense_x(p, store, time_major):
 def _forward_for(p, plan, store):
     """A `Forward` for the problem: its directions with the arrays the forward pass fills
     (states, gates, the LSTM's cells, what the GRU keeps, W^T and W padded). The
-    workspace's are kept per shape of call."""
+    workspace's are kept per shape of call, and whether it splits by units (which
+    walks W in panels where one thread may not)."""
     D = len(p.model.layers[0])
     key = None
     if store is workspace:
         key = (plan.narrow, plan.back_tm, p.B, p.T, p.sizes, p.dtype.num, p.ids, p.cell,
-               len(p.model.layers), D, p.reverse)
+               len(p.model.layers), D, p.reverse, p.units is not None)
         fw = store.get_object(key)
         if fw is not None:
             fw.problem, fw.plan = p, plan
@@ -747,7 +762,8 @@ def _forward_for(p, plan, store):
             direction.WTp = store.get(f"WTp{name}", (H, NG), dtype)
             direction.Wp = store.get(f"Wp{name}", (GH, N), dtype)
             # W^T and W walked in column panels (`matvec.panels_axpy`; `walks_panels`)
-            panels = plan.narrow and walks_panels(B, p.model.layers[0][0].W)
+            panels = plan.narrow and (p.units is not None or
+                                      walks_panels(B, p.model.layers[0][0].W))
             # (None, not an empty array: the kernels then compile without the panels' code)
             direction.WTc = store.get(f"WTc{name}", (H * paneled(NG, dtype),), dtype) \
                 if panels else None
