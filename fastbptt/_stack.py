@@ -47,8 +47,8 @@ from .params import Layer
 # Batches of NARROW to PANELS - 1 sequences on one thread run narrow, walking whole rows
 # of W, one pass per group of up to four sequences (`matvec.passes`), or panels
 # (`walks_panels`), whatever W's size: a BLAS product per step of so few columns packs W
-# again every step. Measured on one thread, T = 50,
-# calls in turns in one process, whole rows against a BLAS product per step, float32:
+# again every step. Measured on one thread, T = 50, calls in turns in one process, whole
+# rows against a BLAS product per step, float32:
 # LSTM H = 512 (W 4 MB), B = 7, 38.4 against 90.8 ms; LSTM H = 1024 (16 MB), B = 4, 5
 # and 7, 0.50, 0.47 and 0.43 of the time; GRU H = 1024, B = 6 and 7, 0.43 and 0.42;
 # Elman H = 2048 (16 MB), B = 4 and 7, 0.77 and 0.87. (Batches that walked more than
@@ -68,10 +68,10 @@ from .params import Layer
 # product per step, which batches of more than 128 took until 2026-12-06 (Elman H = 128,
 # B = 256, 1024 and 4096, 0.31 to 0.49; Elman H = 256 to 1024, B = 256 and 512, 0.43 to
 # 0.66; LSTM H = 128 to 512, B = 256 to 4096, 0.54 to 0.69; GRU H = 128 to 512, B = 256
-# and 2048, 0.49 to 0.56). Fewer than PANELS sequences a thread run on one
-# thread's narrow kernels, with the products over all steps on n BLAS threads, or split
-# by units (`unit_slices`); a BLAS product per step on two threads, which they took
-# until 2026-12-06, took from 1.2 to 2.8 times as long (T = 50 and 100, float32, calls in
+# and 2048, 0.49 to 0.56). Fewer than PANELS sequences a thread run on one thread's
+# narrow kernels, with the products over all steps on n BLAS threads, or split by units
+# (`unit_slices`); a BLAS product per step on two threads, which they took until
+# 2026-12-06, took from 1.2 to 2.8 times as long (T = 50 and 100, float32, calls in
 # turns: LSTM H = 1024, B = 6, 183 against 66 ms; LSTM H = 128, B = 8, 7.5 against 4.6;
 # GRU H = 1024, B = 8, 119 against 98; Elman H = 128, B = 4, 1.19 against 0.91).
 # Beyond 512 on one thread too, where the BLAS product per step had been kept (T = 4 to
@@ -126,10 +126,10 @@ def _narrow(problem):
     """Whether the batch runs time-major on the narrow kernels (`_kernels.narrow`): below
     NARROW sequences always; up to NARROW_MOST on one thread, and on n (in n slices of
     PANELS sequences or more, or split by units, or below PANELS n on one thread); never
-    for the few steps of FEW_STEPS with a large W. The choice does not
-    depend on the truncation, so that `forward` computes the very states `bptt` does.
-    Chosen once per call (kept on the problem), so a thread count changed meanwhile
-    cannot split a call across paths."""
+    for the few steps of FEW_STEPS with a large W. The choice does not depend on the
+    truncation, so that `forward` computes the very states `bptt` does. Chosen once per
+    call (kept on the problem), so a thread count changed meanwhile cannot split a call
+    across paths."""
     if problem.narrow is None:
         B, threads = problem.B, threads_in_use()
         sliced = threads > 1 and can_slice()

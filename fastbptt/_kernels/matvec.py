@@ -92,9 +92,9 @@ def _piece(k, full, rest, most):
 def _one_pass(R, x, xstep, out, ostep, nseq, reverse):
     """out_s += R^T x_s for ``nseq`` (1 to 4) sequences whose x and out start at the
     addresses x and out, xstep and ostep elements apart: blocks of up to 16 / nseq
-    registers (4 for 3 sequences), walking R's rows from the last one up when ``reverse``. (One call site
-    for every block: each inlines a tree of register-block loops, and compile time
-    grows with their count.)"""
+    registers (4 for 3 sequences), walking R's rows from the last one up when
+    ``reverse``. (One call site for every block: each inlines a tree of register-block
+    loops, and compile time grows with their count.)"""
     K, N = R.shape
     size, w = R.itemsize, lanes(R)
     most = BLOCK // nseq if nseq != 3 else 4
@@ -119,7 +119,8 @@ def rows_axpy(R, x, out, reverse):
     and out (S, N) of R's dtype, each row contiguous (rows any distance apart).
     Sequences go in groups of 4, and the 1 to 3 left in one more group, each group one
     pass over R that loads each of its rows once for the whole group (`passes` counts
-    them); the passes alternate direction, the first one walking R's rows from the last up when ``reverse``.
+    them); the passes alternate direction, the first one walking R's rows from the last
+    up when ``reverse``.
     Columns of R beyond the real outputs are zero padding: they leave out's padding
     entries at whatever they held.
     """
