@@ -110,6 +110,15 @@ UNITS_BYTES = 16 << 20
 # 1.13, H = 1408 (7.6 MB) 1.26 and 0.71. (Batches of 4 to 7 in panels with less than
 # UNITS_BYTES: 1.18 to 1.33.)
 FEW_UNITS_BYTES = 4 << 20
+# On n threads, a gated cell's batch of 4 n to 8 n - 1 sequences with a W of
+# GATED_SLICES_BYTES or more runs in n slices of 4 or more (its groups of 4 in panels are
+# the same in any slice of whole groups), not on one thread. Two threads, T = 50,
+# float32, calls in turns, slices against one thread: LSTM H = 448 (3.2 MB), B = 8,
+# 0.77; LSTM H = 512, B = 8 and 12, 0.77 to 0.82; GRU H = 512 (3 MB), B = 8, 0.74 to
+# 0.80; LSTM H = 768, B = 8, 0.81; GRU H = 1024, B = 8, 0.75; GRU H = 448 (2.4 MB),
+# B = 12, 0.81. With less: LSTM H = 384 (2.4 MB) and GRU H = 384, B = 8, 1.16; LSTM
+# H = 256, B = 8 and 12, 1.23 and 1.33; LSTM H = 128, B = 8, 1.37.
+GATED_SLICES_BYTES = 3 << 20
 # Calls of one or two steps with a W of at least this many bytes take a BLAS product per
 # step on W itself (`Direction.WTp` is then the view W.T): the narrow kernels first copy
 # W^T (`matvec.pad_weights`), which costs a few passes over W, as much as the steps
@@ -136,7 +145,10 @@ def _narrow(problem):
         few = problem.model.layers[0][0].W.nbytes >= FEW_STEPS.get(problem.T, 1 << 62)
         problem.narrow = not few and (B < NARROW or B <= NARROW_MOST and (
             threads == 1 or sliced or B < PANELS * threads))
-        problem.slices = batch_slices(B) if problem.narrow and sliced else (0, B)
+        W = problem.model.layers[0][0].W
+        least = NARROW if W.shape[0] > W.shape[1] and W.nbytes >= GATED_SLICES_BYTES \
+            else PANELS
+        problem.slices = batch_slices(B, least) if problem.narrow and sliced else (0, B)
         problem.units = unit_slices(problem, threads) if problem.narrow and sliced else None
         if problem.units:
             problem.slices = (0,) + tuple(part[3] for part in problem.units)
@@ -176,12 +188,13 @@ def walks_panels(B, W):
                                         else ELMAN_PANELS_BYTES)
 
 
-def batch_slices(B):
+def batch_slices(B, least=PANELS):
     """Bounds of the slices of a narrow batch that run at once, one per thread: a
-    multiple of 4 sequences each (the last takes the rest), PANELS or more, so that
-    every sequence goes through the same register blocks as in one slice."""
+    multiple of 4 sequences each (the last takes the rest), ``least`` or more (PANELS, or
+    NARROW for a gated cell's large W, `GATED_SLICES_BYTES`), so that every sequence
+    goes through the same register blocks as in one slice."""
     n = threads_in_use()
-    if n == 1 or B < PANELS * n:
+    if n == 1 or B < least * n:
         return (0, B)
     size = B // n // 4 * 4
     return tuple(i * size for i in range(n)) + (B,)

@@ -281,6 +281,63 @@ def test_slices_on_two_threads_give_the_one_thread_results(cell, layers, bidirec
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
+@pytest.mark.parametrize("cell,H,B,slices", [
+    ("lstm", 512, 8, (0, 4, 8)),      # 4 MB: slices of 4
+    ("gru", 512, 13, (0, 4, 13)),     # 3 MB
+    ("lstm", 384, 8, (0, 8)),         # 2.4 MB: one thread
+    ("lstm", 512, 7, (0, 7)),         # fewer than 4 a thread
+    ("elman", 1024, 8, (0, 8)),       # Elman: slices of 8
+])
+def test_gated_batches_with_a_large_W_split_into_slices_of_4(cell, H, B, slices):
+    from fastbptt import _stack
+    from fastbptt._inputs import prepare
+
+    if MAX_THREADS < 2 or not can_slice():
+        pytest.skip(SLICES)
+    params = fastbptt.init_params(3, H, 2, cell=cell, seed=0)
+    x = np.zeros((B, 5), np.int64)
+    fastbptt.set_num_threads(2)
+    try:
+        problem = prepare(x, x % 2, params)
+        assert _stack._narrow(problem) is True
+        assert problem.slices == slices and problem.units is None
+    finally:
+        fastbptt.set_num_threads(1)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("B", [9, 12])
+def test_slices_of_4_give_the_one_thread_states(monkeypatch, cell, B):
+    """A gated cell's slices of 4 sequences go through the groups of 4 of one thread's
+    panels: the same states, bit for bit; the gradients to the rounding of products
+    that BLAS may group otherwise."""
+    from fastbptt import _stack
+
+    if MAX_THREADS < 2 or not can_slice():
+        pytest.skip(SLICES)
+    monkeypatch.setattr(_stack, "GATED_SLICES_BYTES", 0)
+    rng = np.random.default_rng(8)
+    params = fastbptt.init_params(9, 40, 6, cell=cell, seed=3)
+    x, y = rng.integers(0, 9, (B, 30)), rng.integers(0, 6, (B, 30))
+    lengths = rng.integers(1, 31, B)
+    one = fastbptt.bptt(x, y, params, lengths=lengths)
+    fastbptt.set_num_threads(2)
+    try:
+        from fastbptt._inputs import prepare
+        problem = prepare(x, y, params, lengths=lengths)
+        _stack._narrow(problem)
+        assert problem.slices == (0, 4, B)
+        two = fastbptt.bptt(x, y, params, lengths=lengths)
+    finally:
+        fastbptt.set_num_threads(1)
+    np.testing.assert_array_equal(one.h_final, two.h_final)
+    if cell == "lstm":
+        np.testing.assert_array_equal(one.c_final, two.c_final)
+    for (name, a), b in zip(fastbptt.params.leaves(one.grads).items(),
+                            fastbptt.params.leaves(two.grads).values()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
 def test_without_a_per_thread_blas_count_batches_are_not_cut(monkeypatch):
     """Where the BLAS cannot run one thread's products on one thread alone, two threads
     take BLAS products per step, as before slices."""

@@ -161,9 +161,9 @@ def test_batches_too_small_to_slice_split_by_units_as_one_thread_runs_them(
     (32, 2048, "elman", np.float32, 2, ((0, 1024, 0, 16), (1024, 2048, 16, 32))),
     (32, 1056, "lstm", np.float32, 2, None),        # 528 units a thread: not whole panels
     (32, 1024, "gru", np.float64, 2, ((0, 512, 0, 16), (512, 1024, 16, 32))),
-    # too few sequences to slice: units all the same, each thread the start and finish
-    # of half the batch
-    (12, 1024, "lstm", np.float32, 2, ((0, 512, 0, 6), (512, 1024, 6, 12))),
+    # too few sequences to slice by 8: units all the same, each thread the start and
+    # finish of a slice of 4 (`_stack.GATED_SLICES_BYTES`) or of half the batch
+    (12, 1024, "lstm", np.float32, 2, ((0, 512, 0, 4), (512, 1024, 4, 12))),
     (5, 1024, "gru", np.float64, 2, ((0, 512, 0, 2), (512, 1024, 2, 5))),
     (4, 1024, "lstm", np.float32, 2, ((0, 512, 0, 2), (512, 1024, 2, 4))),
     # fewer than NARROW: in panels too, from 4 MB for a gated cell, 16 MB for Elman
