@@ -1,10 +1,12 @@
 """The kernels' compiles run at LLVM optimisation level 2 and leave Numba's own setting
-(NUMBA_OPT) as they found it, also when a compile fails."""
+(NUMBA_OPT) as they found it, also when a compile fails; a kernel that asks for it has
+its loops vectorized 512 bits wide."""
+import llvmlite.binding as ll
 import numpy as np
 import pytest
 from numba.core import config, event
 
-from fastbptt._kernels._jit import OPT_LEVEL, jit
+from fastbptt._kernels._jit import OPT_LEVEL, PREFER_VECTOR_WIDTH, jit
 
 
 class _Levels(event.Listener):
@@ -68,3 +70,29 @@ def test_level_restored_after_a_failed_compile():
     with pytest.raises(Exception, match="no_such_attribute"):
         broken(np.zeros(3))
     assert config.OPT is before
+
+
+def _sum_kernel(**options):
+    """A new kernel (no cache) whose loop LLVM vectorizes, compiled for float32."""
+    @jit(cache=False, **options)
+    def scale(v):
+        for i in range(v.shape[0]):
+            v[i] = v[i] * np.float32(3) + np.float32(1)
+
+    v = np.ones(64, np.float32)
+    scale(v)
+    assert np.all(v == 4)
+    return scale
+
+
+def test_a_wide_kernel_asks_llvm_for_512_bit_vectors():
+    wide, plain = _sum_kernel(wide=True), _sum_kernel()
+    assert PREFER_VECTOR_WIDTH in next(iter(wide.inspect_llvm().values()))
+    assert PREFER_VECTOR_WIDTH not in next(iter(plain.inspect_llvm().values()))
+
+
+@pytest.mark.skipif(not ll.get_host_cpu_features().get("avx512f", False),
+                    reason="the host has no 512-bit vector registers")
+def test_a_wide_kernels_loop_runs_on_512_bit_registers():
+    asm = next(iter(_sum_kernel(wide=True).inspect_asm().values()))
+    assert "zmm" in asm

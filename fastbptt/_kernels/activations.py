@@ -27,13 +27,13 @@ def _activate_segment(v, act):
             v[i] = sigmoid_elman(v[i])
 
 
-@jit
+@jit(wide=True)
 def activate_vector(v, act):
     """v <- f(v) on a contiguous 1-D array."""
     _activate_segment(v, act)
 
 
-@jit
+@jit(wide=True)
 def activate_columns(m, start, width, act, buf):
     """f() on columns start ... start+width-1 of the C-contiguous 2-D array m.
 
@@ -72,7 +72,7 @@ def times_derivative(g, h, act):
     return g
 
 
-@jit
+@jit(wide=True)
 def derivative_into(out, h, act):
     """out <- f'(a) for contiguous 1-D h = f(a) (identity: ones)."""
     n = h.shape[0]

@@ -181,7 +181,7 @@ def _scatter_feature_major(delta, x_ids, dU, c0, c1):
                 dU[i, l] = acc[l]
 
 
-@jit
+@jit(wide=True)
 def scatter_ids(delta_tm, delta_fm, x_ids, dU, dUT, dUT64):
     """dU (H, L) <- sum over steps of delta_t at column x_t: the gradient of a gather.
 
@@ -201,7 +201,7 @@ def scatter_ids(delta_tm, delta_fm, x_ids, dU, dUT, dUT64):
         _scatter_feature_major(delta_fm, x_ids, dU, 0, H)
 
 
-@jit
+@jit(wide=True)
 def scatter_ids_part(delta_tm, delta_fm, x_ids, dU, dUT, dUT64, c0, c1):
     """`scatter_ids` into rows c0 ... c1-1 of dU, for a batch that runs on several
     threads (calls for disjoint rows run at once)."""

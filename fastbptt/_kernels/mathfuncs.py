@@ -279,21 +279,21 @@ def _exp_shifted(v, shift):
 # vector code, and compile time grew with them. Their integer arguments are never
 # constants at a call site: Numba compiles a function again for each literal value.
 
-@jit
+@jit(wide=True)
 def sigmoid_in_place(v):
     """v <- sigmoid(v) on a contiguous 1-D array."""
     for j in range(v.shape[0]):
         v[j] = sigmoid(v[j])
 
 
-@jit
+@jit(wide=True)
 def tanh_in_place(v):
     """v <- tanh(v) on a contiguous 1-D array."""
     for j in range(v.shape[0]):
         v[j] = tanh(v[j])
 
 
-@jit
+@jit(wide=True)
 def sigmoid_rows(Z, a, b):
     """Z[i, a:b] <- sigmoid(Z[i, a:b]) for every row i (rows contiguous)."""
     for i in range(Z.shape[0]):
@@ -302,7 +302,7 @@ def sigmoid_rows(Z, a, b):
             v[j] = sigmoid(v[j])
 
 
-@jit
+@jit(wide=True)
 def tanh_rows(Z, a, b):
     """Z[i, a:b] <- tanh(Z[i, a:b]) for every row i (rows contiguous)."""
     for i in range(Z.shape[0]):
@@ -311,7 +311,7 @@ def tanh_rows(Z, a, b):
             v[j] = tanh(v[j])
 
 
-@jit
+@jit(wide=True)
 def tanh_rows_into(src, sc, dst, dc, n):
     """dst[i, dc:dc + n] <- tanh(src[i, sc:sc + n]) for every row i of src."""
     for i in range(src.shape[0]):

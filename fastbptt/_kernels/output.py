@@ -49,7 +49,7 @@ def _logits(states, time_major, V, c, y_ids, lengths, err, valid):
 # compiles only its own loss and kind of target (the output kernels took 1.9 s of a
 # first call with every branch compiled, 1.3 s without).
 
-@jit
+@jit(wide=True)
 def mse_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, cols):
     """`softmax_ce_errors` for the squared error."""
     C, n = err.shape
@@ -72,7 +72,7 @@ def mse_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, cols):
     return total
 
 
-@jit
+@jit(wide=True)
 def softmax_ce_errors(states, time_major, V, c, y_ids, y_dense, lengths, err, cols):
     """Return the summed loss (float64) and write e = dL/do into err (C, T B).
 
