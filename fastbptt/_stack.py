@@ -141,12 +141,12 @@ def _narrow(problem):
     across paths."""
     if problem.narrow is None:
         B, threads = problem.B, threads_in_use()
+        W = problem.model.layers[0][0].W
         sliced = threads > 1 and can_slice()
-        few = problem.model.layers[0][0].W.nbytes >= FEW_STEPS.get(problem.T, 1 << 62)
+        few = W.nbytes >= FEW_STEPS.get(problem.T, 1 << 62)
         problem.narrow = not few and (B < NARROW or B <= NARROW_MOST and (
             threads == 1 or sliced or B < PANELS * threads))
-        W = problem.model.layers[0][0].W
-        least = NARROW if W.shape[0] > W.shape[1] and W.nbytes >= GATED_SLICES_BYTES \
+        least = NARROW if problem.cell != "elman" and W.nbytes >= GATED_SLICES_BYTES \
             else PANELS
         problem.slices = batch_slices(B, least) if problem.narrow and sliced else (0, B)
         problem.units = unit_slices(problem, threads) if problem.narrow and sliced else None
@@ -168,8 +168,8 @@ def unit_slices(problem, n):
     W = problem.model.layers[0][0].W
     size = H // n
     few = B < NARROW
-    if W.nbytes < (FEW_UNITS_BYTES if few and W.shape[0] > H else UNITS_BYTES) or H % n \
-            or paneled(size, dtype) != size or not (few or walks_panels(B, W)):
+    if W.nbytes < (FEW_UNITS_BYTES if few and problem.cell != "elman" else UNITS_BYTES) \
+            or H % n or paneled(size, dtype) != size or not (few or walks_panels(B, W)):
         return None
     b = problem.slices if len(problem.slices) == n + 1 else \
         tuple(B * i // n for i in range(n + 1))
