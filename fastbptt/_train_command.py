@@ -463,7 +463,8 @@ class _Loop:
 
     def periodic(self):
         """A periodic checkpoint; then, in a distributed run that more workers have
-        joined, the run placed again on all of them, from that checkpoint."""
+        joined and that has steps left, the run placed again on all of them, from that
+        checkpoint."""
         began = time.perf_counter()
         self.save()
         end = time.perf_counter()
@@ -471,7 +472,8 @@ class _Loop:
         self.r.saves += 1
         self.r.saving += end - began
         workers = self.r.workers
-        if workers is not None and workers.growth(self.r.options.batch) > 0:
+        if workers is not None and not self.done(time.perf_counter()) and \
+                workers.growth(self.r.options.batch) > 0:
             self.trainer.restore(self.trainer.last_saved)
             self.say(f"more Dask workers joined: the run goes on from its checkpoint of step "
                      f"{self.trainer.step} on {_placed(self.trainer, workers)}")

@@ -262,12 +262,20 @@ def _checkpoint_every(text):
     return (steps or None, seconds or None)
 
 
+# the schemes of Dask's transports between processes (inproc:// addresses are refused
+# later, in words of their own)
+SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")
+
+
 def _address(text):
-    """A scheduler's address: protocol://host[:port] or host:port, a port in [1, 65535]."""
-    rest = text.split("://", 1)[-1]
+    """A scheduler's address: scheme://host:port or host:port, a scheme of Dask's
+    (`SCHEMES`) and a port in [1, 65535], which Dask's tcp:// and tls:// need."""
+    scheme, _, rest = text.rpartition("://")
+    if scheme.lower() == "inproc":
+        return text
     port = rest.rpartition(":")[2] if ":" in rest and not rest.endswith("]") else None
-    if ("://" not in text and port is None) or not rest or \
-            (port is not None and not (port.isdigit() and 0 < int(port) < 65536)):
+    if (scheme and scheme.lower() not in SCHEMES) or \
+            not (port is not None and port.isdigit() and 0 < int(port) < 65536):
         raise argparse.ArgumentTypeError(f"must be a scheduler's address such as "
                                          f"tcp://host:8786; got {text!r}")
     return text

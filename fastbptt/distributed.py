@@ -57,6 +57,7 @@ except ImportError:
 
 from . import __version__
 from ._cursors import BlockLost, CursorBlock, block_args, merge_states, split_rows
+from ._params_check import check_model
 from ._run_saves import NothingToSave
 from ._shm_claims import claim, claimed, release
 from ._signals import Interrupted
@@ -504,19 +505,34 @@ def _restore_environ(before, started):
                 del os.environ[name]
 
 
-def _handshake(address, timeout):
-    """Connect to ``address`` and do Dask's handshake within ``timeout`` (Dask's own
+def _seconds(timeout):
+    """``timeout`` in seconds, more than 0: a number, or a str of Dask's such as "30s";
+    else TypeError or ValueError (Dask would word them as a failed connection)."""
+    from dask.utils import parse_timedelta
+
+    if isinstance(timeout, (bool, np.bool_)) or \
+            not isinstance(timeout, (int, float, np.integer, np.floating, str)):
+        raise TypeError(f"timeout must be a number of seconds (or a str such as '30s'); got "
+                        f"{type(timeout).__name__}")
+    try:
+        seconds = parse_timedelta(timeout)
+    except (ValueError, KeyError, TypeError):
+        seconds = None
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"timeout must be a number of seconds more than 0 (or a str such as "
+                         f"'30s'); got {timeout!r}")
+    return seconds
+
+
+def _handshake(address, seconds):
+    """Connect to ``address`` and do Dask's handshake within ``seconds`` (Dask's own
     timeout covers the connection, not the handshake: a Client of a port that accepts and
     never answers, a scheduler's dashboard say, waits for ever). OSError, in the words of
     Dask's own for a connection that timed out, if none was made in time or no answer
     came; other failures are left to the Client, which words them."""
-    from dask.utils import parse_timedelta
     from distributed.comm import connect
     from distributed.security import Security
 
-    seconds = parse_timedelta(timeout)
-    if seconds is None:                 # no time limit asked for
-        return
     done, outcome = threading.Event(), []
 
     async def probe():
@@ -624,12 +640,17 @@ class Workers:
     @classmethod
     def connect(cls, address, *, want=None, timeout=10, quiet=True):
         """The workers of the cluster whose scheduler is at ``address`` (Dask's security
-        settings apply: TLS with ``tls://`` addresses and the configured certificates).
-        ConnectionError saying why when Dask cannot connect. ``quiet``: no log lines from
-        Dask in this process."""
+        settings apply: TLS with ``tls://`` addresses and the configured certificates),
+        connecting within ``timeout`` (seconds, or a str of Dask's such as "30s").
+        ConnectionError saying why when Dask cannot connect; TypeError or ValueError for
+        ``want`` or ``timeout``, before connecting. ``quiet``: no log lines from Dask in
+        this process."""
         if not isinstance(address, str):   # None would start a default cluster of Dask's
             raise TypeError(f"address must be a scheduler's address, a str such as "
                             f"'tcp://127.0.0.1:8786'; got {type(address).__name__}")
+        if want is not None:
+            want = _count("want", want)
+        seconds = _seconds(timeout)
         failed = _unusable(address)
         if failed is not None:
             raise ConnectionError(failed)
@@ -638,7 +659,7 @@ class Workers:
         hook, sys.unraisablehook = sys.unraisablehook, _ignore
         try:
             try:
-                _handshake(address, timeout)
+                _handshake(address, seconds)
                 client = _dask.Client(address, timeout=timeout, direct_to_workers=True,
                                       set_as_default=False)
             except Exception as error:      # a refused or timed out connection, bad TLS
@@ -734,6 +755,11 @@ class Workers:
                             f"{getattr(ids, 'dtype', type(ids).__name__)}")
         if ids.size and ids.min() < 0:
             raise ValueError(f"ids must be token ids of 0 or more; got {ids.min()}")
+        if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, (int, np.integer)):
+            raise TypeError(f"batch must be a whole number of cursors; got {batch!r}")
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1 cursor; got {batch}")
+        check_model(params, check_finite=False)     # as a run in one process checks them
         need = 1 if self.placed else max((self.want or 1) - len(self.refused), 1)
         found = self._available(need, _worker_wait())
         if not found:

@@ -119,6 +119,12 @@ USAGE = [
     (["train", "tiny.txt", *SMALL, "--scheduler", "tcp://127.0.0.1:99999"],
      "argument --scheduler: must be a scheduler's address such as tcp://host:8786; got "
      "'tcp://127.0.0.1:99999'"),
+    (["train", "tiny.txt", *SMALL, "--scheduler", "tcp://127.0.0.1"],     # no port
+     "argument --scheduler: must be a scheduler's address such as tcp://host:8786; got "
+     "'tcp://127.0.0.1'"),
+    (["train", "tiny.txt", *SMALL, "--scheduler", "http://127.0.0.1:8787"],  # no Dask's
+     "argument --scheduler: must be a scheduler's address such as tcp://host:8786; got "
+     "'http://127.0.0.1:8787'"),
     (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "good.npz", "--hidden", "9"],
      "--resume: the checkpoint has --hidden 8, the command line 9", PROCESS),
     (["train", "tiny.txt", *SMALL, "--resume", "--checkpoint", "good.npz", "--lr", "1e39"],

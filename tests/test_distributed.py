@@ -187,6 +187,18 @@ def test_bad_worker_counts_and_clients_are_refused_naming_them(workers):
     assert distributed.Workers(workers.client, want=np.int64(1)).want == 1
     with pytest.raises(TypeError, match=r"^address must be a scheduler's address, a str "):
         distributed.Workers.connect(None)       # it started a default cluster of Dask's
+    # want and timeout are checked before a client connects (and is left open)
+    address = workers.client.scheduler.address
+    clients = len(workers.client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.clients))
+    with pytest.raises(ValueError, match=r"^want must be at least 1 worker; got 0"):
+        distributed.Workers.connect(address, want=0)
+    for bad, error in ((-1, ValueError), (0, ValueError), (float("nan"), ValueError),
+                       (float("inf"), ValueError), ("abc", ValueError), (None, TypeError),
+                       (True, TypeError)):
+        with pytest.raises(error, match=r"^timeout must be a number of seconds"):
+            distributed.Workers.connect(address, timeout=bad)
+    assert len(workers.client.run_on_scheduler(
+        lambda dask_scheduler: dask_scheduler.clients)) == clients
     workers.limited(1).close()                  # closed the client it shares
     assert len(workers.addresses()) == 2
     closed = distributed.Workers.local(1)
@@ -205,6 +217,49 @@ def test_bad_worker_counts_and_clients_are_refused_naming_them(workers):
                                 "0 or more; got -4")):
         with pytest.raises(error, match=phrase):
             workers.limited(1).place(ids, *place[1:])
+    # the batch and the params as a run in one process checks them, before any worker
+    # is sent anything (a worker said NothingToSave, or a float32 W was cast)
+    mixed = recipe.params._replace(W=recipe.params.W.astype(np.float32))
+    for at, bad, error, phrase in ((1, 0, ValueError, "batch must be at least 1 cursor"),
+                                   (1, 2.0, TypeError, "batch must be a whole number"),
+                                   (3, [1, 2], ValueError, "params as a sequence must be"),
+                                   (3, mixed, TypeError, "params must share one dtype")):
+        with pytest.raises(error, match=phrase):
+            workers.limited(1).place(*place[:at], bad, *place[at + 1:])
+
+
+def test_workers_that_join_as_the_run_ends_do_not_place_it_again():
+    """The periodic checkpoint of a run's last step, with workers that joined since: the
+    run ends there, and is not restored and placed again on them first (a placement and
+    a warm-up that came to nothing); with steps left, it is."""
+    from types import SimpleNamespace
+
+    from fastbptt._train_command import _Loop
+
+    class Joined:                       # one worker more than the run is placed on
+        notes = []
+
+        def growth(self, batch):
+            return 1
+
+    restored, said = [], []
+    loop = _Loop.__new__(_Loop)
+    loop.save = lambda: None
+    loop.schedule = SimpleNamespace(saved=lambda *args: None)
+    loop.r = SimpleNamespace(workers=Joined(), options=SimpleNamespace(batch=4), saves=0,
+                             saving=0.0)
+    loop.trainer = SimpleNamespace(step=10, last_saved="the checkpoint of step 10",
+                                   restore=restored.append,
+                                   blocks=SimpleNamespace(rows=[(0, 2), (2, 4)]))
+    loop.say, loop.budget, loop.start = said.append, None, 0.0
+    for target, again in ((10, False), (11, True)):
+        restored.clear()
+        said.clear()
+        loop.target = target
+        loop.periodic()
+        assert restored == (["the checkpoint of step 10"] if again else [])
+        assert said == (["more Dask workers joined: the run goes on from its checkpoint of "
+                         "step 10 on 2 workers, 2 + 2 cursors"] if again else [])
 
 
 def test_blocks_in_one_process_add_up_to_one_block():
