@@ -16,7 +16,8 @@ __all__ = ["save_checkpoint", "Diverged", "NothingToSave", "Schedule", "failure"
 class Diverged(ArithmeticError):
     """A step's loss or gradient norm was not finite (``applied=False``: the step was
     skipped and the trainer holds the state before it), or its update made the weights or
-    the optimizer's state overflow (``applied=True``: they are lost).
+    the optimizer's state overflow, or the model's states as it ran after it (a
+    validation estimate or sample: ``applied=True``, they are lost).
 
     Neither state is saved. A run resumed from the state before a step whose value was not
     finite computes the same loss and gradient again (resuming is exact), whatever its
@@ -112,10 +113,15 @@ def _diverged(error, trainer, path, lr, again):
     """The line for `Diverged`: nothing is saved (its docstring says why), and the last
     checkpoint is the way back when it lies before the step that failed."""
     if error.applied:
-        cause = f"the learning rate {lr:g} is far too large" if error.what == "weights" \
-            else "a gradient is far too large"      # Adam's v: a gradient's square
-        what = (f"the update of step {error.step} made the {error.what} overflow ({cause}), "
-                f"so {'they are' if error.what == 'weights' else 'it is'} lost")
+        rate = f"the learning rate {lr:g} is far too large"
+        if error.what == "model's states":      # finite weights whose states overflow
+            what = (f"the update of step {error.step} made the model's states overflow in "
+                    f"the run's validation estimate or sample ({rate}), so it is not saved")
+        else:
+            cause = rate if error.what == "weights" else \
+                "a gradient is far too large"   # Adam's v: a gradient's square
+            what = (f"the update of step {error.step} made the {error.what} overflow "
+                    f"({cause}), so {'they are' if error.what == 'weights' else 'it is'} lost")
     else:
         what = (f"{error}, so that step was not applied; the state before it would give the "
                 f"same {error.what} again whatever the learning rate, so it is not saved")

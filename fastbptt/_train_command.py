@@ -26,11 +26,12 @@ from ._checkpoint_claim import claimed
 from ._command_errors import CommandError, UsageError, describe
 from ._cursors import BlockLost
 from ._ranges import flag
-from ._run_saves import NothingToSave, Schedule, failure, kept, resume_hint, save_checkpoint
+from ._run_saves import (Diverged, NothingToSave, Schedule, failure, kept, resume_hint,
+                         save_checkpoint)
 from ._signals import Interrupted, SignalGuard
 from ._train_options import DEFAULT_CHECKPOINT_EVERY, DEFAULT_TIME
 from .params import from_leaves, leaves
-from .sampling import sample_chunks
+from .sampling import StatesOverflowed, sample_chunks
 from .text import Codec, unigram_entropy
 from .train import Trainer, TrainOptions, evaluate, scored
 
@@ -118,6 +119,7 @@ class _Run:
     elapsed: float = 0.0
     saves: int = 0                  # periodic checkpoints written, and the seconds they took
     saving: float = 0.0
+    losses: tuple = None            # the final model's (train, validation) loss, for the report
 
     def close(self):
         self.trainer.close()
@@ -421,20 +423,31 @@ class _Loop:
                                      f"step {trainer.step}", refresh=False)
         if args.sample_every and trainer.step % args.sample_every == 0:
             self.before_sample = trainer.rng.bit_generator.state
-            eval_ids = self.r.val_ids[:args.eval_chars]
-            val = evaluate(trainer.params, eval_ids, activation=self.r.options.activation)
-            trainer.evals.append((trainer.step, val))
-            line = f"--- step {trainer.step}: train {recent:.3f}, validation {val:.3f} nats/char"
-            if not args.sample_chars:
-                self.say(line + " ---")
-                self.before_sample = None
-                return
-            text = trainer.sample(args.sample_chars, temperature=args.temperature,
-                                  stop=lambda: self.guard.received is not None)
-            if text is None:            # a signal: the run stops after this step
-                text = f"(cut short by {self.guard.name})"
-            self.say(f"{line}; sample:\n{text}\n---")
+            try:
+                self.estimate_and_sample(recent)
+            except StatesOverflowed:
+                # finite weights whose states overflow: the update diverged, and the
+                # state after it is not saved over the last checkpoint
+                raise Diverged(trainer.step, "model's states", "not finite",
+                               applied=True) from None
+
+    def estimate_and_sample(self, recent):
+        """The step's validation estimate and sample, said on the output."""
+        trainer, args = self.trainer, self.args
+        eval_ids = self.r.val_ids[:args.eval_chars]
+        val = evaluate(trainer.params, eval_ids, activation=self.r.options.activation)
+        trainer.evals.append((trainer.step, val))
+        line = f"--- step {trainer.step}: train {recent:.3f}, validation {val:.3f} nats/char"
+        if not args.sample_chars:
+            self.say(line + " ---")
             self.before_sample = None
+            return
+        text = trainer.sample(args.sample_chars, temperature=args.temperature,
+                              stop=lambda: self.guard.received is not None)
+        if text is None:            # a signal: the run stops after this step
+            text = f"(cut short by {self.guard.name})"
+        self.say(f"{line}; sample:\n{text}\n---")
+        self.before_sample = None
 
     def settle_sample(self):
         """After a failure in a step's estimate or sample: the run's RNG as that sample
@@ -509,10 +522,27 @@ class _Loop:
                               f"{kept(self.trainer, self.args.checkpoint, self.again)}"
                               ) from None
 
+    def final_losses(self):
+        """The final model's (train, validation) loss, as the report says them, taken
+        before the save that ends the run: `Diverged` where its states overflow, so that
+        it is not saved over the last checkpoint (its weights are finite, but no step
+        can go on from them)."""
+        r = self.r
+        train_eval = r.train_ids[-max(r.val_ids.size, 1):]
+        try:
+            return tuple(evaluate(self.trainer.params, ids, activation=r.options.activation)
+                         for ids in (train_eval, r.val_ids))
+        except StatesOverflowed:
+            raise Diverged(self.trainer.step, "model's states", "not finite",
+                           applied=True) from None
+
     def _finish(self):
         while True:
             try:
                 self.run()
+                self.r.chars, self.r.elapsed = self.chars, time.perf_counter() - self.start
+                if self.guard.received is None:
+                    self.r.losses = self.final_losses()
             except NothingToSave as error:
                 self.settle_sample()
                 raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
@@ -523,7 +553,6 @@ class _Loop:
                 self.settle_sample()
                 raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
                               self.guard, self.again) from None
-            self.r.chars, self.r.elapsed = self.chars, time.perf_counter() - self.start
             try:
                 self.save()
                 return
@@ -577,8 +606,7 @@ def _report(args, r, say):
             f" ms, clipping and {options.optimizer} {per['update']:.2f} ms)")
     baseline = unigram_entropy(train_ids, len(r.codec))
     train_eval = train_ids[-max(val_ids.size, 1):]
-    train_loss = evaluate(trainer.params, train_eval, activation=options.activation)
-    val_loss = evaluate(trainer.params, val_ids, activation=options.activation)
+    train_loss, val_loss = r.losses
     say(f"train loss       {train_loss:.3f} nats/char  {_bits(train_loss):.3f} bits/char  "
         f"(final model, {scored(train_eval.size):,} predictions in the last "
         f"{train_eval.size:,} characters of the train split)")

@@ -20,7 +20,13 @@ from .reference.cells import CELLS, State
 from .reference.layer import run
 from .text import Codec
 
-__all__ = ["sample", "sample_chunks", "sample_ids"]
+__all__ = ["sample", "sample_chunks", "sample_ids", "StatesOverflowed"]
+
+
+class StatesOverflowed(ValueError):
+    """The model's states or outputs became NaN or inf as it ran (weights that are finite
+    but far too large, after a learning rate far too large, say): it has no distribution
+    to draw from, and no loss."""
 
 
 def _probabilities(h, V, c, temperature):
@@ -169,9 +175,9 @@ def _draw(model, states, n, temperature, rng, activation, primed, before):
     for i in range(n):
         probs = _probabilities(states[-1].h, model.V, model.c, temperature)
         if probs is None:
-            raise ValueError(f"the model's state overflowed after {primed} prime and "
-                             f"{before + i} drawn ids (an output is NaN or inf): it has no "
-                             "distribution to draw from")
+            raise StatesOverflowed(f"the model's state overflowed after {primed} prime and "
+                                   f"{before + i} drawn ids (an output is NaN or inf): it has "
+                                   "no distribution to draw from")
         k = int(np.searchsorted(np.cumsum(probs), rng.random() * probs.sum(), side="right"))
         out_ids[i] = k = min(k, C - 1)
         one_hot[:] = 0

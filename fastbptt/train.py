@@ -30,7 +30,7 @@ from .api import bptt
 from .clip import clip_grads
 from .optim import make_optimizer
 from .params import from_leaves, init_params, leaves
-from .sampling import CHUNK, sample_chunks
+from .sampling import CHUNK, StatesOverflowed, sample_chunks
 from .text import Codec, StreamBatcher, check_position, token_ids
 
 __all__ = ["TrainOptions", "Trainer", "Diverged", "evaluate", "scored", "OPTION_RANGES"]
@@ -265,6 +265,7 @@ def evaluate(params, ids, *, activation="tanh", streams=32, steps=128):
     the state carried from call to call, so every position of a segment is predicted once
     from all of the segment before it. The loss comes from `fastbptt.bptt` (summed in
     float64; its gradients are not used), which also returns the state to carry.
+    `fastbptt.sampling.StatesOverflowed` where the loss or a carried state is not finite.
     """
     ids = token_ids("ids", ids)
     for name, value in (("streams", streams), ("steps", steps)):
@@ -283,6 +284,11 @@ def evaluate(params, ids, *, activation="tanh", streams=32, steps=128):
         out = bptt(x, y, params, truncate=steps, stride=steps, activation=activation, h0=h,
                    c0=c)
         h, c = out.h_final, out.c_final
+        if not (math.isfinite(out.loss) and all(
+                s is None or all_finite(s.reshape(-1)) for s in (h, c))):
+            raise StatesOverflowed(f"the model's states overflowed (NaN or inf) after "
+                                   f"{count + y.size:,} of the {ids.size:,} ids: it has no "
+                                   f"loss")
         total += out.loss
         count += y.size
     return total / count

@@ -133,6 +133,41 @@ def test_an_update_that_overflows_the_weights_saves_nothing_over_the_last_checkp
     assert ckpt.read_bytes() == before
 
 
+@pytest.mark.parametrize("estimate", [False, True])
+def test_finite_weights_whose_states_overflow_save_nothing_over_the_last_checkpoint(
+        corpus, tmp_path, capsys, monkeypatch, estimate):
+    """Step 3's update leaves every weight finite but W so large (1e30) that a ReLU
+    model's states overflow as it runs: the validation estimate after the step (with
+    --sample-every 1), or the final one, taken before the save that ends the run, says
+    so, and that state, from which no step can go on, is not saved over step 2's
+    checkpoint (it was, and neither --resume nor sample could use it)."""
+    import fastbptt.train as train_module
+
+    ckpt = tmp_path / "overflow.npz"
+    relu = ("--activation", "relu", "--optimizer", "sgd", "--lr-decay", "none")
+    assert main(train(corpus, ckpt, "--steps", "2", *relu)) == 0
+    before = ckpt.read_bytes()
+    capsys.readouterr()
+    real = train_module.Trainer.train_step
+
+    def huge_W(self):
+        out = real(self)
+        if self.step == 3:
+            for name, a in leaves(self.params).items():
+                if name.endswith("W"):
+                    a[...] = 1e30
+        return out
+    monkeypatch.setattr(train_module.Trainer, "train_step", huge_W)
+    more = ("--sample-every", "1", "--sample-chars", "5") if estimate else ()
+    assert main([*train(corpus, ckpt, "--steps", "3", "--resume"), *more]) == 1
+    line = stderr_line(capsys)
+    assert ("the run diverged: the update of step 3 made the model's states overflow in "
+            "the run's validation estimate or sample") in line, line
+    assert f"so it is not saved; {ckpt} keeps step 2: resume from it" in line, line
+    assert "check_finite" not in line
+    assert ckpt.read_bytes() == before
+
+
 def test_an_update_that_overflows_the_optimizers_state_saves_nothing_either(
         corpus, tmp_path, capsys, monkeypatch):
     """Adam's v of a float32 gradient above 1.8e19 is inf while the weights stay finite (its
