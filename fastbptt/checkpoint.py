@@ -274,6 +274,11 @@ def check_target(path, *, make_folders=True, example="run.npz"):
     if os.path.isdir(target):
         raise IsADirectoryError(f"that is a folder; give a file name, e.g. "
                                 f"{os.path.join(os.fspath(path), example)}")
+    if os.fspath(path).endswith(tuple(filter(None, (os.sep, os.altsep)))):
+        # the file would be written without the slash, and read back with it by nothing
+        raise IsADirectoryError(f"a path that ends in {os.fspath(path)[-1]} names a folder; "
+                                f"give the file's name without it, e.g. "
+                                f"{os.fspath(path).rstrip(os.sep + (os.altsep or ''))}")
     _refuse_special(target, named=False)
     folder = os.path.dirname(target)
     base = _existing_ancestor(folder)

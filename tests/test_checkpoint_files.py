@@ -165,6 +165,10 @@ def test_check_target_creates_nothing_and_names_the_problem(tmp_path):
         checkpoint.check_target(tmp_path / "file" / "sub" / "run.npz")
     with pytest.raises(IsADirectoryError, match="that is a folder"):
         checkpoint.check_target(tmp_path)
+    with pytest.raises(IsADirectoryError, match=r"ends in / names a folder; give the file's "
+                                                r"name without it, e.g. .*new\.npz$"):
+        checkpoint.check_target(f"{tmp_path}/new.npz/")
+    assert os.listdir(tmp_path) == ["file"]
 
 
 @pytest.fixture(scope="module")

@@ -257,6 +257,9 @@ def failures(folder):
          "--checkpoint folder: that is a folder", PROCESS),
         (["train", "tiny.txt", *SMALL, "--checkpoint", "tiny.txt/c.npz"],
          "tiny.txt is a file, not a folder"),
+        (["train", "tiny.txt", *SMALL, "--checkpoint", "new.npz/"],   # written as new.npz,
+         "--checkpoint new.npz/: a path that ends in / names a folder; give the file's "
+         "name without it, e.g. new.npz"),                            # resumed by nothing
         (["train", "tiny.txt", *SMALL, "--checkpoint", "tiny.txt"],
          "the file there is not a fastbptt checkpoint (or one damaged or cut short) and would "
          "be overwritten, which --overwrite does not do to other files; choose another path, "
