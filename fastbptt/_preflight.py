@@ -157,6 +157,15 @@ def plot_apart(plot, checkpoint, files):
                              f"the plot another name")
 
 
+def checkpoint_apart(checkpoint, files):
+    """UsageError when --checkpoint names a text the run reads: the checkpoint would
+    replace it, and with it the text that a resumed run reads again."""
+    for f in files:
+        if _same_file(checkpoint, f):
+            raise UsageError(f"--checkpoint {checkpoint} is the text file {f}, which the "
+                             f"checkpoint would replace: give the checkpoint another name")
+
+
 def _same_file(a, b):
     a, b = os.fspath(a), os.fspath(b)
     if os.path.realpath(a) == os.path.realpath(b):

@@ -200,6 +200,7 @@ def _start(args, given, say, claims):
     if args.plot is not None:                  # '' too: refused, as bench's
         _preflight.plot_file(args.plot)
     if resume is None:
+        _preflight.checkpoint_apart(args.checkpoint, args.files)
         _preflight.output_file(args.checkpoint, "--checkpoint", make_folders=True)
         # the folder, made now, holds the claim; it goes again if the run saves nothing
         claims.callback(_preflight.checkpoint_folder(args.checkpoint))
@@ -212,6 +213,7 @@ def _start(args, given, say, claims):
         _preflight.output_file(args.checkpoint, "--checkpoint", make_folders=True)
         corpus, files = _resume.find_corpus(_load_corpus, args.files, resume.options,
                                             args.checkpoint)
+        _preflight.checkpoint_apart(args.checkpoint, files)
         codec = resume.codec
     _preflight.plot_apart(args.plot, args.checkpoint, files)
     train_text, val_text = corpus.split(options.val_fraction)

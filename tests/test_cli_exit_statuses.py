@@ -119,6 +119,12 @@ USAGE = [
     (["train", "tiny.txt", *SMALL, "--scheduler", "tcp://127.0.0.1:99999"],
      "argument --scheduler: must be a scheduler's address such as tcp://host:8786; got "
      "'tcp://127.0.0.1:99999'"),
+    (["train", "tiny.txt", *SMALL, "--checkpoint", "tiny.txt"],
+     "--checkpoint tiny.txt is the text file tiny.txt, which the checkpoint would replace: "
+     "give the checkpoint another name"),
+    (["train", "good.npz", *SMALL, "--checkpoint", "./good.npz", "--overwrite"],  # read as
+     "--checkpoint ./good.npz is the text file good.npz, which the checkpoint would "  # text
+     "replace"),
     (["train", "tiny.txt", *SMALL, "--scheduler", "tcp://127.0.0.1"],     # no port
      "argument --scheduler: must be a scheduler's address such as tcp://host:8786; got "
      "'tcp://127.0.0.1'"),
@@ -260,7 +266,7 @@ def failures(folder):
         (["train", "tiny.txt", *SMALL, "--checkpoint", "new.npz/"],   # written as new.npz,
          "--checkpoint new.npz/: a path that ends in / names a folder; give the file's "
          "name without it, e.g. new.npz"),                            # resumed by nothing
-        (["train", "tiny.txt", *SMALL, "--checkpoint", "tiny.txt"],
+        (["train", "tiny.txt", *SMALL, "--checkpoint", "other.txt"],
          "the file there is not a fastbptt checkpoint (or one damaged or cut short) and would "
          "be overwritten, which --overwrite does not do to other files; choose another path, "
          "or delete that file first"),
