@@ -113,12 +113,19 @@ def find_corpus(load, files, saved, checkpoint):
     candidates = [known]
     if relative:
         candidates.insert(0, [os.path.normpath(os.path.join(folder, p)) for p in relative])
+    changed = None
     for paths in candidates:
         if all(os.path.isfile(p) for p in paths):
             corpus = load(paths)
             if corpus.digest == digest:
                 return corpus, paths
+            changed = changed or paths
     names = ", ".join(os.path.basename(p) for p in known)
+    if changed is not None:
+        raise CommandError(f"--resume: the text {checkpoint} was trained on ({names}) is "
+                           f"where it was, but it has changed since; --resume reads only "
+                           f"the text it was trained on: restore it, or name a copy of "
+                           f"it: fastbptt train FILE... --resume")
     raise CommandError(f"--resume: cannot find the text {checkpoint} was trained on "
                        f"({names}) where it was, nor at the same place relative to the "
                        "checkpoint; name its files: fastbptt train FILE... --resume")

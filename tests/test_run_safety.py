@@ -360,6 +360,14 @@ def test_a_moved_project_resumes_by_content(tmp_path, capsys):
     assert main(train(moved / "other.txt", moved / "run.npz", "--resume", "--steps",
                       "5")) == 1
     assert "differs from the text" in stderr_line(capsys)
+    # the text edited where it is: said so, not that it cannot be found
+    text = (moved / "renamed.txt").read_text()
+    (moved / "renamed.txt").write_text(text + "an edit")
+    assert main(["train", *SMALL, "--checkpoint", str(moved / "run.npz"), "--resume",
+                 "--steps", "5"]) == 1
+    assert f"the text {moved / 'run.npz'} was trained on (renamed.txt) is where it was, but " \
+           f"it has changed since" in stderr_line(capsys)
+    (moved / "renamed.txt").write_text(text)
     (moved / "renamed.txt").rename(moved / "gone.txt")
     assert main(["train", *SMALL, "--checkpoint", str(moved / "run.npz"), "--resume",
                  "--steps", "5"]) == 1
