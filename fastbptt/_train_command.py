@@ -530,10 +530,9 @@ class _Loop:
         it is not saved over the last checkpoint (its weights are finite, but no step
         can go on from them)."""
         r = self.r
-        train_eval = r.train_ids[-max(r.val_ids.size, 1):]
         try:
             return tuple(evaluate(self.trainer.params, ids, activation=r.options.activation)
-                         for ids in (train_eval, r.val_ids))
+                         for ids in (_train_tail(r), r.val_ids))
         except StatesOverflowed:
             raise Diverged(self.trainer.step, "model's states", "not finite",
                            applied=True) from None
@@ -590,6 +589,12 @@ def _train(args, r, guard, out):
     return guard.status
 
 
+def _train_tail(r):
+    """The end of the train split, as long as the validation split, whose loss the report
+    gives beside the validation loss."""
+    return r.train_ids[-max(r.val_ids.size, 1):]
+
+
 def _report(args, r, say):
     """The final losses, a sample and the plot."""
     trainer, options, train_ids, val_ids = r.trainer, r.options, r.train_ids, r.val_ids
@@ -607,7 +612,7 @@ def _report(args, r, say):
             f"out to the workers and their gradients back {per['gradients'] - per['bptt']:.2f}"
             f" ms, clipping and {options.optimizer} {per['update']:.2f} ms)")
     baseline = unigram_entropy(train_ids, len(r.codec))
-    train_eval = train_ids[-max(val_ids.size, 1):]
+    train_eval = _train_tail(r)
     train_loss, val_loss = r.losses
     say(f"train loss       {train_loss:.3f} nats/char  {_bits(train_loss):.3f} bits/char  "
         f"(final model, {scored(train_eval.size):,} predictions in the last "

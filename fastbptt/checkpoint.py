@@ -274,11 +274,11 @@ def check_target(path, *, make_folders=True, example="run.npz"):
     if os.path.isdir(target):
         raise IsADirectoryError(f"that is a folder; give a file name, e.g. "
                                 f"{os.path.join(os.fspath(path), example)}")
-    if os.fspath(path).endswith(tuple(filter(None, (os.sep, os.altsep)))):
+    given, slashes = os.fspath(path), os.sep + (os.altsep or "")
+    if given.endswith(tuple(slashes)):
         # the file would be written without the slash, and read back with it by nothing
-        raise IsADirectoryError(f"a path that ends in {os.fspath(path)[-1]} names a folder; "
-                                f"give the file's name without it, e.g. "
-                                f"{os.fspath(path).rstrip(os.sep + (os.altsep or ''))}")
+        raise IsADirectoryError(f"a path that ends in {given[-1]} names a folder; give the "
+                                f"file's name without it, e.g. {given.rstrip(slashes)}")
     _refuse_special(target, named=False)
     folder = os.path.dirname(target)
     base = _existing_ancestor(folder)

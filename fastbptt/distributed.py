@@ -458,12 +458,13 @@ def _closed(client):
     return getattr(client, "status", None) in ("closing", "closed")
 
 
-def _count(name, value):
-    """A count of workers: a positive int (not a bool), else TypeError or ValueError."""
+def _count(name, value, unit="worker"):
+    """A count of ``unit``s (workers, cursors): a positive int (not a bool), else
+    TypeError or ValueError."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be a whole number of workers; got {value!r}")
+        raise TypeError(f"{name} must be a whole number of {unit}s; got {value!r}")
     if value < 1:
-        raise ValueError(f"{name} must be at least 1 worker; got {value}")
+        raise ValueError(f"{name} must be at least 1 {unit}; got {value}")
     return int(value)
 
 
@@ -755,10 +756,7 @@ class Workers:
                             f"{getattr(ids, 'dtype', type(ids).__name__)}")
         if ids.size and ids.min() < 0:
             raise ValueError(f"ids must be token ids of 0 or more; got {ids.min()}")
-        if isinstance(batch, (bool, np.bool_)) or not isinstance(batch, (int, np.integer)):
-            raise TypeError(f"batch must be a whole number of cursors; got {batch!r}")
-        if batch < 1:
-            raise ValueError(f"batch must be at least 1 cursor; got {batch}")
+        batch = _count("batch", batch, "cursor")
         check_model(params, check_finite=False)     # as a run in one process checks them
         need = 1 if self.placed else max((self.want or 1) - len(self.refused), 1)
         found = self._available(need, _worker_wait())
