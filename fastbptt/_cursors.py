@@ -178,7 +178,11 @@ class CursorBlock:
         return out.loss, out.grads, batch.x.size, seconds
 
     def state(self, step):
-        """The `Carried` state after ``step`` updates."""
+        """The `Carried` state after ``step`` updates; also while the state after the next
+        update is pending, which is then left as it is (the run saves the state before a
+        step once that step's loss and gradient are found finite, before its update)."""
+        if self._pending is not None and self._pending[0] == step + 1 and self.step == step:
+            return Carried(dict(self._pending[1]), self.h, self.c)
         self._sync(step)
         return Carried(self.batcher.state_dict(), self.h, self.c)
 

@@ -3,10 +3,10 @@ the report around `fastbptt.train.Trainer`.
 
 Before any work: every option, the output files, the corpus, the memory the model needs
 and, for ``--workers``/``--scheduler``, Dask. The loop keeps a progress bar, validation
-estimates and samples, writes a checkpoint every ``--checkpoint-every`` (`Schedule`) and,
-in a distributed run, goes on from the last checkpoint when a worker leaves (and onto
-more workers when they join, at a checkpoint). Every save goes through
-`fastbptt._run_saves.save_checkpoint`.
+estimates and samples, writes a checkpoint every ``--checkpoint-every`` (`Schedule`;
+each once the step after it is found finite) and, in a distributed run, goes on from the
+last checkpoint when a worker leaves (and onto more workers when they join, after a
+checkpoint). Every save goes through `fastbptt._run_saves.save_checkpoint`.
 """
 from __future__ import annotations
 
@@ -380,6 +380,7 @@ class _Loop:
         self.smooth, self.smoothed = 0.0, 0     # a moving average of the loss, of steps
         # the run's RNG state before the sample of the step being estimated (None outside)
         self.before_sample = None
+        self.save_due = False       # a periodic checkpoint is written in the next step
 
     def done(self, now):
         if self.target is not None and self.trainer.step >= self.target:
@@ -401,10 +402,14 @@ class _Loop:
                 rate = ESTIMATE_STEPS / (now - self.start)
                 options.horizon = trainer.step + int(rate * (self.budget - (now - self.start)))
             try:
-                loss, n = trainer.train_step()
+                saving = self.save_due
+                loss, n = trainer.train_step(before_update=self.periodic) if saving \
+                    else trainer.train_step()
                 self.after_step(loss, n, now)
-                if self.schedule.due(trainer.step, time.perf_counter()):
-                    self.periodic()
+                if saving:
+                    self.place_on_joined()
+                if not self.save_due and self.schedule.due(trainer.step, time.perf_counter()):
+                    self.save_due = True
             except BlockLost as lost:
                 self.recover(lost)
 
@@ -477,21 +482,32 @@ class _Loop:
                         self.again)
 
     def periodic(self):
-        """A periodic checkpoint; then, in a distributed run that more workers have
-        joined and that has steps left, the run placed again on all of them, from that
-        checkpoint."""
+        """A periodic checkpoint, written in the step after the one it holds, once that
+        step's loss and gradient are found finite, before its update
+        (`Trainer.train_step`): a state from which the next step diverges (an update that
+        left the weights finite but ruinous) is never saved over the last checkpoint, which
+        would otherwise hold a state that no resumed run can go on from."""
+        self.save_due = False
         began = time.perf_counter()
         self.save()
         end = time.perf_counter()
         self.schedule.saved(self.trainer.step, end, end - began)
         self.r.saves += 1
         self.r.saving += end - began
-        workers = self.r.workers
+
+    def place_on_joined(self):
+        """After the step of a periodic checkpoint, in a distributed run that more workers
+        have joined and that has steps left: the run placed again on all of them, from its
+        state after that step (kept in memory: the checkpoint on disk stays the last one
+        saved)."""
+        workers, trainer = self.r.workers, self.trainer
         if workers is not None and not self.done(time.perf_counter()) and \
                 workers.growth(self.r.options.batch) > 0:
-            self.trainer.restore(self.trainer.last_saved)
-            self.say(f"more Dask workers joined: the run goes on from its checkpoint of step "
-                     f"{self.trainer.step} on {_placed(self.trainer, workers)}")
+            saved = trainer.last_saved
+            trainer.restore(trainer.checkpoint())
+            trainer.last_saved = saved
+            self.say(f"more Dask workers joined: the run goes on from step {trainer.step} "
+                     f"on {_placed(trainer, workers)}")
 
     def recover(self, lost):
         """Place the run again from its last checkpoint on the workers there are; say so."""

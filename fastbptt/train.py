@@ -143,12 +143,15 @@ class Trainer:
                                "call restore() again")
         return self.blocks.state(self.step)
 
-    def train_step(self):
+    def train_step(self, *, before_update=None):
         """One update; returns (loss per character, characters).
 
         A step whose loss or gradient norm is not finite raises `Diverged` before it
         changes anything (its blocks drop the state they reached), so the trainer keeps the
         state before it. ``consistent`` is False only while the update is being applied.
+        ``before_update``: a function called once the step's loss and gradient norm are
+        found finite, before the update, while the trainer still holds the state before
+        the step (the command saves its periodic checkpoints there: `checkpoint` works).
         """
         start = time.perf_counter()
         loss, grads, n, in_bptt = self.blocks.gradients(self.step, self.params)
@@ -159,6 +162,10 @@ class Trainer:
         for what, value in (("loss", loss), ("gradient norm", norm)):
             if not math.isfinite(value):
                 raise Diverged(self.step + 1, what, value)
+        paused = time.perf_counter()
+        if before_update is not None:
+            before_update()
+        paused = time.perf_counter() - paused           # not in the step's own times
         self.optimizer.lr = self.options.lr_at(self.step)
         self.consistent = False
         with np.errstate(over="ignore", invalid="ignore"):     # checked just below
@@ -175,7 +182,7 @@ class Trainer:
         self.timing["steps"] += 1
         self.timing["bptt"] += in_bptt
         self.timing["gradients"] += between - start
-        self.timing["update"] += time.perf_counter() - between
+        self.timing["update"] += time.perf_counter() - between - paused
         return loss / n, n
 
     def sample(self, chars=200, prime="\n", temperature=0.8, rng=None, stop=None):

@@ -229,9 +229,10 @@ def test_bad_worker_counts_and_clients_are_refused_naming_them(workers):
 
 
 def test_workers_that_join_as_the_run_ends_do_not_place_it_again():
-    """The periodic checkpoint of a run's last step, with workers that joined since: the
-    run ends there, and is not restored and placed again on them first (a placement and
-    a warm-up that came to nothing); with steps left, it is."""
+    """The step of a periodic checkpoint is the run's last, with workers that joined since:
+    the run ends there, and is not restored and placed again on them first (a placement
+    and a warm-up that came to nothing); with steps left, it is, from its state after
+    that step, while the checkpoint it would go back to stays the one on disk."""
     from types import SimpleNamespace
 
     from fastbptt._train_command import _Loop
@@ -244,22 +245,25 @@ def test_workers_that_join_as_the_run_ends_do_not_place_it_again():
 
     restored, said = [], []
     loop = _Loop.__new__(_Loop)
-    loop.save = lambda: None
-    loop.schedule = SimpleNamespace(saved=lambda *args: None)
-    loop.r = SimpleNamespace(workers=Joined(), options=SimpleNamespace(batch=4), saves=0,
-                             saving=0.0)
-    loop.trainer = SimpleNamespace(step=10, last_saved="the checkpoint of step 10",
-                                   restore=restored.append,
+    loop.r = SimpleNamespace(workers=Joined(), options=SimpleNamespace(batch=4))
+    loop.trainer = SimpleNamespace(step=11, last_saved="the checkpoint of step 10",
+                                   checkpoint=lambda: "the state after step 11",
                                    blocks=SimpleNamespace(rows=[(0, 2), (2, 4)]))
+
+    def restore(resume):
+        restored.append(resume)
+        loop.trainer.last_saved = resume
+    loop.trainer.restore = restore
     loop.say, loop.budget, loop.start = said.append, None, 0.0
-    for target, again in ((10, False), (11, True)):
+    for target, again in ((11, False), (12, True)):
         restored.clear()
         said.clear()
         loop.target = target
-        loop.periodic()
-        assert restored == (["the checkpoint of step 10"] if again else [])
-        assert said == (["more Dask workers joined: the run goes on from its checkpoint of "
-                         "step 10 on 2 workers, 2 + 2 cursors"] if again else [])
+        loop.place_on_joined()
+        assert restored == (["the state after step 11"] if again else [])
+        assert loop.trainer.last_saved == "the checkpoint of step 10"
+        assert said == (["more Dask workers joined: the run goes on from step 11 on 2 "
+                         "workers, 2 + 2 cursors"] if again else [])
 
 
 def test_blocks_in_one_process_add_up_to_one_block():
@@ -449,6 +453,44 @@ def test_train_on_a_cluster_of_dask_commands_then_lose_every_worker(tmp_path, da
     assert ("`fastbptt train --resume --checkpoint lost.npz --steps 100000 --sample-every 0` "
             "continues from it") in line
     assert (tmp_path / "lost.npz").read_bytes() == kept
+
+
+def test_a_worker_that_joins_mid_run_takes_part_from_the_next_checkpoint(tmp_path,
+                                                                         dask_cluster):
+    """A run on one worker of a cluster: a second worker that joins takes a block of
+    cursors after the next periodic checkpoint (written in the step after the one it holds),
+    from the run's state after that step; the run saves on a signal as usual, and resumes in
+    one process."""
+    address, procs = dask_cluster
+    stop(procs[2:])                                     # one worker, for now
+    write_corpus(tmp_path)
+    proc = start(["train", "tiny.txt", *SMALL, "--sample-every", "0", "--scheduler", address,
+                  "--checkpoint-every", "20", "--steps", "100000", "--checkpoint", "j.npz"],
+                 tmp_path)
+    here = ["--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"]
+    try:
+        read_until(proc, "workers: 1 worker, 2 cursors")
+        wait_for_step(tmp_path / "j.npz", 20, proc)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "dask", "worker", address, "--nthreads", "1", *here],
+            cwd=tmp_path, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True))
+        joined = read_until(proc, "more Dask workers joined")[-1]
+        step = int(re.fullmatch(r"more Dask workers joined: the run goes on from step (\d+) "
+                                r"on 2 workers, 1 \+ 1 cursors\n", joined)[1])
+        wait_for_step(tmp_path / "j.npz", step + 20, proc)
+        proc.send_signal(signal.SIGINT)
+        outcome = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert outcome.status == 130 and outcome.err == "", outcome
+    saved = checkpoint.load(tmp_path / "j.npz")
+    assert saved.step > step + 20 and len(saved.history["loss"]) == saved.step
+    more = finish(start(["train", "tiny.txt", *SMALL, "--sample-every", "0", "--resume",
+                         "--checkpoint", "j.npz", "--steps", str(saved.step + 5)], tmp_path))
+    assert more.status == 0, more
+    assert checkpoint.load(tmp_path / "j.npz").step == saved.step + 5
 
 
 def test_a_lost_scheduler_ends_the_run_in_one_line_that_says_how_to_resume(tmp_path,

@@ -53,7 +53,9 @@ def test_divergence_keeps_the_last_checkpoint_and_says_where_to_go_back(
     """Step 4's gradients (or loss) turn NaN. The state before it would give the same NaN
     again, resumed with any learning rate, so it is not saved: the last checkpoint stays,
     bit for bit that of a run stopped at its step, and the line says to resume from it (step
-    2) or to start a new run (none yet, or step 3, just before the failing step)."""
+    2) or to start a new run (none yet). A periodic checkpoint of step 3, just before the
+    failing step, is not written either: it is written in step 4, once that step's loss and
+    gradient are found finite."""
     import fastbptt._cursors as cursors
 
     real_compute, calls = cursors.CursorBlock.compute, []
@@ -69,7 +71,7 @@ def test_divergence_keeps_the_last_checkpoint_and_says_where_to_go_back(
         return loss, grads, chars, seconds
     periodic = () if every is None else ("--checkpoint-every", every)
     straight = tmp_path / "straight.npz"
-    if every is not None:
+    if every == "2":
         assert main(train(corpus, straight, "--steps", every, "--lr-horizon", "10")) == 0
     capsys.readouterr()
     monkeypatch.setattr(cursors.CursorBlock, "compute", nan_at_step_4)
@@ -82,15 +84,12 @@ def test_divergence_keeps_the_last_checkpoint_and_says_where_to_go_back(
                            f"same {norm} again whatever the learning rate, so it is not saved"
                            ), line
     assert "check_finite" not in line and "--lr 0.0003 --clip-norm 1" in line
-    if every is None:
+    if every != "2":
         assert line.endswith("so it is not saved; start a new run with a lower learning rate "
                              "or gradient clipping, e.g. --lr 0.0003 --clip-norm 1"), line
         assert not diverged.exists()
         return
-    if every == "2":
-        assert f"; {diverged} keeps step 2: resume from it with a lower learning rate" in line
-    else:
-        assert f" ({diverged} keeps step 3, just before it); start a new run" in line
+    assert f"; {diverged} keeps step 2: resume from it with a lower learning rate" in line
     same_run(checkpoint.load(diverged), checkpoint.load(straight))
 
 
@@ -133,6 +132,19 @@ def test_an_update_that_overflows_the_weights_saves_nothing_over_the_last_checkp
     assert ckpt.read_bytes() == before
 
 
+def huge_W_after_step_3(real):
+    """`Trainer.train_step` (``real``) that leaves every recurrent weight 1e30, finite,
+    after the update of step 3."""
+    def train_step(self, **kwargs):
+        out = real(self, **kwargs)
+        if self.step == 3:
+            for name, a in leaves(self.params).items():
+                if name.endswith("W"):
+                    a[...] = 1e30
+        return out
+    return train_step
+
+
 @pytest.mark.parametrize("estimate", [False, True])
 def test_finite_weights_whose_states_overflow_save_nothing_over_the_last_checkpoint(
         corpus, tmp_path, capsys, monkeypatch, estimate):
@@ -148,16 +160,8 @@ def test_finite_weights_whose_states_overflow_save_nothing_over_the_last_checkpo
     assert main(train(corpus, ckpt, "--steps", "2", *relu)) == 0
     before = ckpt.read_bytes()
     capsys.readouterr()
-    real = train_module.Trainer.train_step
-
-    def huge_W(self):
-        out = real(self)
-        if self.step == 3:
-            for name, a in leaves(self.params).items():
-                if name.endswith("W"):
-                    a[...] = 1e30
-        return out
-    monkeypatch.setattr(train_module.Trainer, "train_step", huge_W)
+    monkeypatch.setattr(train_module.Trainer, "train_step",
+                        huge_W_after_step_3(train_module.Trainer.train_step))
     more = ("--sample-every", "1", "--sample-chars", "5") if estimate else ()
     assert main([*train(corpus, ckpt, "--steps", "3", "--resume"), *more]) == 1
     line = stderr_line(capsys)
@@ -166,6 +170,46 @@ def test_finite_weights_whose_states_overflow_save_nothing_over_the_last_checkpo
     assert f"so it is not saved; {ckpt} keeps step 2: resume from it" in line, line
     assert "check_finite" not in line
     assert ckpt.read_bytes() == before
+
+
+@pytest.mark.parametrize("every", ["1", "1,0.001s"])
+def test_a_periodic_checkpoint_is_written_once_the_next_step_is_found_finite(
+        corpus, tmp_path, capsys, monkeypatch, every):
+    """Step 3's update leaves every weight finite but W so large (1e30) that a ReLU model's
+    states overflow in step 4, whose loss is not finite. With a checkpoint every step and
+    no validation estimate between them, step 3's state was saved over step 2's checkpoint,
+    and the run then diverged: no resumed run could go on from it (it gives step 4's loss
+    again), and the work before it was lost. A periodic checkpoint is now written in the
+    step after the one it holds, once that step is found finite: step 2's stays, and the
+    line says to resume from it."""
+    import fastbptt.train as train_module
+
+    ckpt = tmp_path / "ruinous.npz"
+    relu = ("--activation", "relu", "--optimizer", "sgd", "--lr-decay", "none")
+    assert main(train(corpus, ckpt, "--steps", "2", *relu)) == 0
+    before = ckpt.read_bytes()
+    capsys.readouterr()
+    real, saves = train_module.Trainer.train_step, []
+    real_save = train_module.Trainer.save
+
+    def save(self, *args, **kwargs):
+        saves.append(self.step)
+        return real_save(self, *args, **kwargs)
+    monkeypatch.setattr(train_module.Trainer, "train_step", huge_W_after_step_3(real))
+    monkeypatch.setattr(train_module.Trainer, "save", save)
+    args = [*train(corpus, ckpt, "--steps", "6", "--resume", "--checkpoint-every", every),
+            *relu]
+    assert main(args) == 1
+    line = stderr_line(capsys)
+    assert "the run diverged: step 4's loss is " in line, line
+    assert f"so it is not saved; {ckpt} keeps step 2: resume from it" in line, line
+    assert ckpt.read_bytes() == before
+    assert saves == [], saves             # step 3's was due, and not written
+    # a run that does not diverge writes each periodic checkpoint a step later, of the
+    # step it was due at, and the last at the end
+    monkeypatch.setattr(train_module.Trainer, "train_step", real)
+    assert main(args) == 0
+    assert saves == [3, 4, 5, 6] and checkpoint.load(ckpt).step == 6, saves
 
 
 def test_an_update_that_overflows_the_optimizers_state_saves_nothing_either(
@@ -286,12 +330,12 @@ def test_an_error_whose_save_fails_says_both(corpus, tmp_path, capsys, monkeypat
     ckpt = tmp_path / "both.npz"
     calls = []
 
-    def fail_at_step_2(self):
+    def fail_at_step_2(self, **kwargs):
         calls.append(1)
         if len(calls) == 2:
             monkeypatch.setattr(np, "savez", disk_full)
             raise MemoryError("Unable to allocate 4 GiB")
-        return real(self)
+        return real(self, **kwargs)
 
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")

@@ -10,6 +10,7 @@ import pytest
 import fastbptt
 from fastbptt import checkpoint
 from fastbptt.cli import main
+from fastbptt.params import leaves
 from fastbptt.text import Codec
 from fastbptt.train import TrainOptions, Trainer, evaluate, scored
 
@@ -103,6 +104,39 @@ def test_resume_is_bit_exact(tmp_path):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(second.carried.h, straight.carried.h)
     assert second.sample(30) == straight.sample(30)
+
+
+@pytest.mark.parametrize("cell", ["elman", "lstm"])
+def test_a_checkpoint_taken_before_a_steps_update_is_the_state_before_that_step(tmp_path,
+                                                                                cell):
+    """`train_step(before_update=...)` runs once the step's values are found finite, while
+    the step's carried state is pending: the checkpoint taken there is the one taken after
+    the step before (bit for bit), and taking it changes nothing of the run (the pending
+    state was dropped, and the step's text read again)."""
+    options = dict(SMALL, cell=cell)
+    straight, probed = make(TrainOptions(**options)), make(TrainOptions(**options))
+    taken = []
+    for _ in range(6):                        # past the end of a segment: fresh states too
+        before = straight.checkpoint()
+        straight.train_step()
+        probed.train_step(before_update=lambda: taken.append(probed.checkpoint()))
+        mid = taken[-1]
+        assert (mid.step, mid.batcher, mid.rng_state) == \
+            (before.step, before.batcher, before.rng_state)
+        for a, b in ((mid.hidden, before.hidden), (mid.cell_state, before.cell_state)):
+            np.testing.assert_array_equal(a, b)
+        assert leaves(mid.params).keys() == leaves(before.params).keys()
+        for name, a in leaves(mid.params).items():
+            np.testing.assert_array_equal(a, leaves(before.params)[name])
+        assert mid.optimizer.keys() == before.optimizer.keys()
+        assert all(np.array_equal(mid.optimizer[k], before.optimizer[k]) for k in mid.optimizer)
+    assert probed.losses == straight.losses
+    np.testing.assert_array_equal(probed.carried.h, straight.carried.h)
+    assert probed.carried.position == straight.carried.position
+    resumed = make(TrainOptions(**options), resume=taken[3])
+    for _ in range(3):
+        resumed.train_step()
+    assert resumed.losses == straight.losses[:6] and resumed.step == 6
 
 
 def test_sampling_is_deterministic():
