@@ -525,12 +525,18 @@ def _seconds(timeout):
     return seconds
 
 
+class _NotAScheduler(ConnectionError):
+    """The address given as a scheduler's is another Dask server's: a worker's, say."""
+
+
 def _handshake(address, seconds):
     """Connect to ``address`` and do Dask's handshake within ``seconds`` (Dask's own
     timeout covers the connection, not the handshake: a Client of a port that accepts and
-    never answers, a scheduler's dashboard say, waits for ever). OSError, in the words of
-    Dask's own for a connection that timed out, if none was made in time or no answer
-    came; other failures are left to the Client, which words them."""
+    never answers, a scheduler's dashboard say, waits for ever), then ask the server what
+    it is. OSError, in the words of Dask's own for a connection that timed out, if none
+    was made in time or no answer came; `_NotAScheduler` for a worker's or a nanny's
+    address (Dask's Client said that ``Worker.identity()`` takes no ``n_workers``); other
+    failures are left to the Client, which words them."""
     from distributed.comm import connect
     from distributed.security import Security
 
@@ -539,11 +545,24 @@ def _handshake(address, seconds):
     async def probe():
         args = Security().get_connection_args("client")
         comm = await asyncio.wait_for(connect(address, timeout=seconds, **args), seconds)
-        await comm.close()
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            identity = await asyncio.wait_for(comm.read(), seconds)
+        finally:
+            await comm.close()
+        kind = identity.get("type") if isinstance(identity, dict) else None
+        if kind in ("Worker", "Nanny"):
+            of = identity.get("scheduler")
+            raise _NotAScheduler(
+                f"{address} is a Dask {kind.lower()}'s address, not a scheduler's" +
+                (f"; its scheduler is at {of}: give that" if isinstance(of, str) else
+                 "; give its scheduler's, which `dask worker` was started with"))
 
     def run():
         try:
             asyncio.run(probe())
+        except _NotAScheduler as error:
+            outcome.append(error)
         except asyncio.TimeoutError:
             outcome.append(OSError(f"Timed out trying to connect to {address}"))
         except OSError as error:        # refused until the time was up, say
@@ -643,7 +662,8 @@ class Workers:
         """The workers of the cluster whose scheduler is at ``address`` (Dask's security
         settings apply: TLS with ``tls://`` addresses and the configured certificates),
         connecting within ``timeout`` (seconds, or a str of Dask's such as "30s").
-        ConnectionError saying why when Dask cannot connect; TypeError or ValueError for
+        ConnectionError saying why when Dask cannot connect, or when ``address`` is a
+        worker's or a nanny's (naming its scheduler); TypeError or ValueError for
         ``want`` or ``timeout``, before connecting. ``quiet``: no log lines from Dask in
         this process."""
         if not isinstance(address, str):   # None would start a default cluster of Dask's
@@ -663,6 +683,8 @@ class Workers:
                 _handshake(address, seconds)
                 client = _dask.Client(address, timeout=timeout, direct_to_workers=True,
                                       set_as_default=False)
+            except _NotAScheduler as error:
+                failed = str(error)
             except Exception as error:      # a refused or timed out connection, bad TLS
                 failed = f"{type(error).__name__}: {' '.join(str(error).split())}"
                 if isinstance(error, OSError) and "Timed out trying to connect" in failed:

@@ -266,6 +266,25 @@ def test_workers_that_join_as_the_run_ends_do_not_place_it_again():
                          "workers, 2 + 2 cursors"] if again else [])
 
 
+def test_a_workers_or_a_nannys_address_given_as_the_schedulers_is_named_so(workers):
+    """Dask's Client said "TypeError: Worker.identity() got an unexpected keyword argument
+    'n_workers'" (Server.identity() for a nanny)."""
+    scheduler = workers.client.scheduler.address
+    info = workers.client.scheduler_info()["workers"]
+    worker = sorted(info)[0]
+    nanny = info[worker]["nanny"]
+    with pytest.raises(ConnectionError, match=re.escape(
+            f"{worker} is a Dask worker's address, not a scheduler's; its scheduler is at "
+            f"{scheduler}: give that")):
+        distributed.Workers.connect(worker)
+    with pytest.raises(ConnectionError, match=re.escape(
+            f"{nanny} is a Dask nanny's address, not a scheduler's; give its scheduler's, "
+            f"which `dask worker` was started with")):
+        distributed.Workers.connect(nanny)
+    with distributed.Workers.connect(scheduler) as again:
+        assert sorted(again.addresses()) == sorted(info)
+
+
 def test_blocks_in_one_process_add_up_to_one_block():
     """The split itself, without Dask: 3 uneven blocks of 7 cursors in this process."""
     def three(*args):
