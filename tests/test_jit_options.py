@@ -1,11 +1,13 @@
 """The kernels' compiles run at LLVM optimisation level 2 and leave Numba's own setting
 (NUMBA_OPT) as they found it, also when a compile fails; a kernel that asks for it has
-its loops vectorized 512 bits wide."""
+its loops vectorized 512 bits wide; a function inlined at several sites goes through
+Numba's untyped passes once, each site inlining a copy of its own."""
 import llvmlite.binding as ll
 import numpy as np
 import pytest
-from numba.core import config, event
+from numba.core import config, event, inline_closurecall
 
+from fastbptt._kernels import _jit
 from fastbptt._kernels._jit import OPT_LEVEL, PREFER_VECTOR_WIDTH, jit
 
 
@@ -96,3 +98,35 @@ def test_a_wide_kernel_asks_llvm_for_512_bit_vectors():
 def test_a_wide_kernels_loop_runs_on_512_bit_registers():
     asm = next(iter(_sum_kernel(wide=True).inspect_asm().values()))
     assert "zmm" in asm
+
+
+def test_an_inlined_functions_ir_is_made_once_and_each_site_has_its_own_copy(monkeypatch):
+    """Sites of one inlined function, of three types, in two kernels: Numba's untyped
+    passes run on it once for all of them (they ran at every site), and each site's
+    result has its own type and value."""
+    @jit(inline="always", cache=False)
+    def twice(a):
+        doubled = a + a
+        return doubled
+
+    @jit(cache=False)
+    def first(n, x, v):
+        return twice(n), twice(x), twice(v)
+
+    @jit(cache=False)
+    def second(x, n):
+        return twice(x) - twice(n)
+
+    runs = []
+    real = inline_closurecall.InlineWorker.run_untyped_passes
+
+    def counted(self, func, enable_ssa=False):
+        runs.append(func)
+        return real(self, func, enable_ssa)
+    monkeypatch.setattr(inline_closurecall.InlineWorker, "run_untyped_passes", counted)
+    n, x, v = first(3, 2.5, np.arange(3.0))
+    assert (n, x) == (6, 5.0) and isinstance(n, int) and v.tolist() == [0.0, 2.0, 4.0]
+    assert second(1.5, 1) == 1.0
+    assert runs.count(twice.py_func) == 1, runs
+    assert any(key[0] is twice.py_func for key in _jit._UNTYPED)
+    assert inline_closurecall.InlineWorker is not _jit._KeptInlineWorker    # put back

@@ -28,7 +28,7 @@ import os
 import warnings
 
 from numba import njit
-from numba.core import caching, config
+from numba.core import bytecode, caching, config, inline_closurecall
 from numba.core.compiler import Compiler
 from numba.core.compiler_machinery import register_pass
 from numba.core.lowering import Lower
@@ -135,6 +135,32 @@ class _WideNativeLowering(NativeLowering):
         return _WideLower
 
 
+# A function inlined into a kernel (``jit(inline="always")``) goes through Numba's untyped
+# passes, from its bytecode, at every call site it is inlined at (`InlineWorker`): the
+# vector helpers are inlined dozens of times, and those passes took about a seventh of a
+# first call's compile. A function's IR after them is the same each time, so it is kept
+# (`_UNTYPED`, for the process) and copied for each site, with an identity of its own, so
+# that each site's variables are named apart, as Numba's own names them.
+_UNTYPED = {}
+
+
+class _KeptInlineWorker(inline_closurecall.InlineWorker):
+    """Numba's InlineWorker, with the IR of a function it inlines kept."""
+
+    def inline_function(self, caller_ir, block, i, function, arg_typs=None):
+        if self.flags is None:                      # a worker that cannot run the passes
+            return super().inline_function(caller_ir, block, i, function, arg_typs)
+        self.flags.enable_ssa = False               # as Numba's run_untyped_passes sets it
+        key = (function, tuple(sorted((k, repr(v)) for k, v in self.flags.values().items())))
+        kept = _UNTYPED.get(key)
+        if kept is None:
+            kept = _UNTYPED[key] = self.run_untyped_passes(function)
+        callee_ir = kept.copy()                     # inline_ir copies its blocks in turn
+        callee_ir.func_id = bytecode.FunctionIdentity.from_function(function)
+        return self.inline_ir(caller_ir, block, i, callee_ir, function.__code__.co_freevars,
+                              arg_typs=arg_typs)
+
+
 class _Compiler(Compiler):
     """Numba's compiler, with LLVM's optimisation level at most ``level`` (`OPT_LEVEL`, or
     what the kernel asks for) while it runs.
@@ -159,13 +185,14 @@ class _Compiler(Compiler):
         return pipelines
 
     def _compile_core(self):
-        saved = config.OPT
+        saved, worker = config.OPT, inline_closurecall.InlineWorker
         if saved > self.level and not getattr(saved, "is_opt_max", False):
             config.OPT = type(saved)(self.level)
+        inline_closurecall.InlineWorker = _KeptInlineWorker   # read where it is used
         try:
             return super()._compile_core()
         finally:
-            config.OPT = saved
+            config.OPT, inline_closurecall.InlineWorker = saved, worker
 
 
 def jit(func=None, **overrides):
