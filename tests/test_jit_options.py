@@ -2,6 +2,8 @@
 (NUMBA_OPT) as they found it, also when a compile fails; a kernel that asks for it has
 its loops vectorized 512 bits wide; a function inlined at several sites goes through
 Numba's untyped passes once, each site inlining a copy of its own."""
+import copy
+
 import llvmlite.binding as ll
 import numpy as np
 import pytest
@@ -130,3 +132,4 @@ def test_an_inlined_functions_ir_is_made_once_and_each_site_has_its_own_copy(mon
     assert runs.count(twice.py_func) == 1, runs
     assert any(key[0] is twice.py_func for key in _jit._UNTYPED)
     assert inline_closurecall.InlineWorker is not _jit._KeptInlineWorker    # put back
+    assert inline_closurecall.copy is copy and _jit._BLOCK_COPIES.scopes is None

@@ -23,12 +23,13 @@ in this folder is keyed on the contents of all of its files (`_STAMP`): an edit 
 here recompiles whatever was cached, instead of loading stale code. The key also holds
 ``NUMBA_OPT``, whose lower levels give slower code, and each level keeps files of its own.
 """
+import copy
 import hashlib
 import os
 import warnings
 
 from numba import njit
-from numba.core import bytecode, caching, config, inline_closurecall
+from numba.core import bytecode, caching, config, inline_closurecall, ir
 from numba.core.compiler import Compiler
 from numba.core.compiler_machinery import register_pass
 from numba.core.lowering import Lower
@@ -141,7 +142,35 @@ class _WideNativeLowering(NativeLowering):
 # first call's compile. A function's IR after them is the same each time, so it is kept
 # (`_UNTYPED`, for the process) and copied for each site, with an identity of its own, so
 # that each site's variables are named apart, as Numba's own names them.
+#
+# Numba's inliner then copies the callee's IR twice, one block at a time, and each block's
+# copy came with a copy of its own of the callee's scope, every variable of the callee in
+# it: about as long again as those passes. Within one inlining, `_BLOCK_COPIES` gives the
+# blocks of one copy one copy of their scope, as a copy of the whole IR at once would.
 _UNTYPED = {}
+
+
+class _BlockCopies:
+    """The ``copy`` module, as `inline_closurecall` sees it while a kernel compiles: within
+    an inlining (``scopes`` not None), a block's deep copy shares the copy of its scope
+    with the other blocks of the same scope."""
+
+    def __init__(self):
+        self.scopes = None          # {id(a scope): its copy}, within an inlining
+
+    def deepcopy(self, x, memo=None):
+        if memo is None and self.scopes is not None and isinstance(x, ir.Block):
+            scope = x.scope
+            if id(scope) not in self.scopes:
+                self.scopes[id(scope)] = copy.deepcopy(scope)
+            memo = {id(scope): self.scopes[id(scope)]}
+        return copy.deepcopy(x, memo)
+
+    def __getattr__(self, name):
+        return getattr(copy, name)
+
+
+_BLOCK_COPIES = _BlockCopies()
 
 
 class _KeptInlineWorker(inline_closurecall.InlineWorker):
@@ -157,8 +186,12 @@ class _KeptInlineWorker(inline_closurecall.InlineWorker):
             kept = _UNTYPED[key] = self.run_untyped_passes(function)
         callee_ir = kept.copy()                     # inline_ir copies its blocks in turn
         callee_ir.func_id = bytecode.FunctionIdentity.from_function(function)
-        return self.inline_ir(caller_ir, block, i, callee_ir, function.__code__.co_freevars,
-                              arg_typs=arg_typs)
+        _BLOCK_COPIES.scopes = {}
+        try:
+            return self.inline_ir(caller_ir, block, i, callee_ir,
+                                  function.__code__.co_freevars, arg_typs=arg_typs)
+        finally:
+            _BLOCK_COPIES.scopes = None
 
 
 class _Compiler(Compiler):
@@ -168,7 +201,8 @@ class _Compiler(Compiler):
     Numba reads ``config.OPT`` (NUMBA_OPT) when it optimises a function's LLVM module, all
     within one compile, and compiles only under its global lock; so the level set here
     holds for this kernel and whatever it compiles on the way (its callees, NumPy
-    functions' implementations), and is restored before another compile can begin.
+    functions' implementations), and is restored before another compile can begin. So
+    do its inliner's worker (`_KeptInlineWorker`) and copies (`_BLOCK_COPIES`).
     """
 
     level = OPT_LEVEL
@@ -185,14 +219,18 @@ class _Compiler(Compiler):
         return pipelines
 
     def _compile_core(self):
-        saved, worker = config.OPT, inline_closurecall.InlineWorker
+        saved, worker, copies = config.OPT, inline_closurecall.InlineWorker, \
+            inline_closurecall.copy
         if saved > self.level and not getattr(saved, "is_opt_max", False):
             config.OPT = type(saved)(self.level)
-        inline_closurecall.InlineWorker = _KeptInlineWorker   # read where it is used
+        # both read where they are used, under the compiler lock that this compile holds
+        inline_closurecall.InlineWorker, inline_closurecall.copy = \
+            _KeptInlineWorker, _BLOCK_COPIES
         try:
             return super()._compile_core()
         finally:
-            config.OPT, inline_closurecall.InlineWorker = saved, worker
+            config.OPT = saved
+            inline_closurecall.InlineWorker, inline_closurecall.copy = worker, copies
 
 
 def jit(func=None, **overrides):
