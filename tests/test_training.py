@@ -107,16 +107,15 @@ def test_resume_is_bit_exact(tmp_path):
 
 
 @pytest.mark.parametrize("cell", ["elman", "lstm"])
-def test_a_checkpoint_taken_before_a_steps_update_is_the_state_before_that_step(tmp_path,
-                                                                                cell):
+def test_a_checkpoint_taken_before_a_steps_update_is_the_state_before_that_step(cell):
     """`train_step(before_update=...)` runs once the step's values are found finite, while
     the step's carried state is pending: the checkpoint taken there is the one taken after
     the step before (bit for bit), and taking it changes nothing of the run (the pending
-    state was dropped, and the step's text read again)."""
+    state is left as it is, not dropped)."""
     options = dict(SMALL, cell=cell)
     straight, probed = make(TrainOptions(**options)), make(TrainOptions(**options))
     taken = []
-    for _ in range(6):                        # past the end of a segment: fresh states too
+    for _ in range(6):
         before = straight.checkpoint()
         straight.train_step()
         probed.train_step(before_update=lambda: taken.append(probed.checkpoint()))
