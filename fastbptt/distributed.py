@@ -731,16 +731,17 @@ class Workers:
             self._environ = None
 
     def addresses(self):
-        """The workers in the cluster now, sorted; `NothingToSave` when the scheduler is
-        gone (the client then knows no workers: KeyError; or it was closed)."""
+        """The workers in the cluster now, sorted, as the scheduler answers; `NothingToSave`
+        when it is gone or the client was closed. (Not `Client.scheduler_info()`: it
+        returns the client's cached view, which a timer of the client replaces every 2 s
+        by one without the workers, at times between the fetch and the read.)"""
         if _closed(self.client):
             raise NothingToSave("the run's Dask client is closed (by its owner, or by Dask "
                                 "after it lost the scheduler)")
         try:
-            return sorted(self.client.scheduler_info()["workers"])
-        except (KeyError, RuntimeError, OSError) as error:
-            why = "it no longer answers" if isinstance(error, KeyError) else \
-                " ".join(str(error).split()) or type(error).__name__
+            return sorted(self.client.sync(self.client.scheduler.identity)["workers"])
+        except (RuntimeError, OSError) as error:
+            why = " ".join(str(error).split()) or type(error).__name__
             raise NothingToSave(f"lost the connection to the Dask scheduler ({why})") from None
 
     def _usable(self):

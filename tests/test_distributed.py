@@ -92,6 +92,26 @@ def test_no_wait_for_workers_to_join_still_places_the_run(workers, monkeypatch):
     split.close()
 
 
+def test_the_workers_are_seen_while_the_client_refreshes_its_cached_view(workers):
+    """Dask's Client replaces its cached view of the scheduler every 2 s by one without
+    the workers: `addresses` read that cache just after asking for a full one, so now and
+    then it saw no worker at all, and a run stopped ("a block did not connect", or "no
+    Dask worker is left in the cluster")."""
+    import dask
+    from dask.distributed import Client
+    expected = workers.addresses()
+    assert len(expected) == 2
+    with dask.config.set({"distributed.client.scheduler-info-interval": "1ms"}):
+        client = Client(workers.client.scheduler.address, set_as_default=False)
+    try:
+        view = distributed.Workers(client)
+        view._owner = False
+        seen = [view.addresses() for _ in range(300)]
+    finally:
+        client.close()
+    assert [s for s in seen if s != expected] == []
+
+
 def test_a_closed_run_keeps_no_mapping_of_shared_memory(workers):
     """The scheduler, in this process on a local cluster, keeps the tasks' arguments in its
     log: a Mapping among them, unpickled there, kept each run's shared file mapped (10 MB
@@ -270,7 +290,7 @@ def test_a_workers_or_a_nannys_address_given_as_the_schedulers_is_named_so(worke
     """Dask's Client said "TypeError: Worker.identity() got an unexpected keyword argument
     'n_workers'" (Server.identity() for a nanny)."""
     scheduler = workers.client.scheduler.address
-    info = workers.client.scheduler_info()["workers"]
+    info = workers.client.sync(workers.client.scheduler.identity)["workers"]
     worker = sorted(info)[0]
     nanny = info[worker]["nanny"]
     with pytest.raises(ConnectionError, match=re.escape(
