@@ -403,8 +403,7 @@ class _Loop:
                 options.horizon = trainer.step + int(rate * (self.budget - (now - self.start)))
             try:
                 saving = self.save_due
-                loss, n = trainer.train_step(before_update=self.periodic) if saving \
-                    else trainer.train_step()
+                loss, n = trainer.train_step(before_update=self.periodic if saving else None)
                 self.after_step(loss, n, now)
                 if saving:
                     self.place_on_joined()

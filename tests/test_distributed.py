@@ -103,12 +103,8 @@ def test_the_workers_are_seen_while_the_client_refreshes_its_cached_view(workers
     assert len(expected) == 2
     with dask.config.set({"distributed.client.scheduler-info-interval": "1ms"}):
         client = Client(workers.client.scheduler.address, set_as_default=False)
-    try:
-        view = distributed.Workers(client)
-        view._owner = False
+    with distributed.Workers(client) as view:                # closes the client
         seen = [view.addresses() for _ in range(300)]
-    finally:
-        client.close()
     assert [s for s in seen if s != expected] == []
 
 
