@@ -24,9 +24,10 @@ import math
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
 from ._jit import jit
+from ._overload import called_overload, inline_overload
 
 TANH_SATURATION = 9.02      # float32 tanh(x) rounds to +-1 beyond |x| = 9.01
 EXP_UNDERFLOW = -110.0      # float32 exp(z) rounds to 0 below z = -103.98
@@ -205,21 +206,21 @@ def tanh(x):
     raise NotImplementedError("called from compiled kernels only")
 
 
-@overload(sigmoid, inline="always")
+@inline_overload(sigmoid)
 def _sigmoid32(x):
     if x == types.float32:
         return lambda x: sigmoid_fast32(x)
     return None
 
 
-@overload(sigmoid)
+@called_overload(sigmoid)
 def _sigmoid64(x):
     if x == types.float64:
         return lambda x: sigmoid64(x)
     return None
 
 
-@overload(tanh, inline="always")
+@inline_overload(tanh)
 def _tanh(x):
     if x == types.float32:
         return lambda x: tanh_fast32(x)
@@ -248,21 +249,21 @@ def exp_shifted(v, shift):
     raise NotImplementedError("called from compiled kernels only")
 
 
-@overload(tanh_elman, inline="always")
+@inline_overload(tanh_elman)
 def _tanh_elman(x):
     if x == types.float32:
         return lambda x: tanh32(x)
     return lambda x: tanh64(x)
 
 
-@overload(sigmoid_elman, inline="always")
+@inline_overload(sigmoid_elman)
 def _sigmoid_elman(x):
     if x == types.float32:
         return lambda x: sigmoid32(x)
     return lambda x: sigmoid64(x)
 
 
-@overload(exp_shifted, inline="always")
+@inline_overload(exp_shifted)
 def _exp_shifted(v, shift):
     if v == types.float32:
         return lambda v, shift: exp_neg32(v - shift)

@@ -37,8 +37,8 @@ the GRU's W h_{t-1} + bh.
 import functools
 
 import numpy as np
-from numba.extending import overload
 
+from .._overload import called_overload, inline_overload
 from . import elman, gru, lstm
 
 ELMAN, GRU, LSTM = np.empty(0, np.int8), np.empty(0, np.int16), np.empty(0, np.int32)
@@ -67,8 +67,8 @@ def _step_hook(stub):
         def called(tag, *args):
             return None if _module(tag) is elman else typing(tag, *args)
 
-        overload(stub, inline="always")(inlined)
-        overload(stub)(called)
+        inline_overload(stub)(inlined)
+        called_overload(stub)(called)
         return typing
     return register
 
@@ -105,13 +105,13 @@ def sums(tag):
     _stub(tag)
 
 
-@overload(prepare_fm, inline="always")
+@inline_overload(prepare_fm)
 def _prepare_fm(tag, Sm, fp, B, act):
     impl = _module(tag).prepare_fm
     return lambda tag, Sm, fp, B, act: impl(Sm, fp, B, act)
 
 
-@overload(forward_fm)
+@called_overload(forward_fm)
 def _forward_fm(tag, Zm, Sm, Em, Cm, cs, B, Hid, act, buf):
     impl = _module(tag).forward_fm
     return lambda tag, Zm, Sm, Em, Cm, cs, B, Hid, act, buf: impl(Zm, Sm, Em, Cm, cs, B, Hid,
@@ -125,7 +125,7 @@ def _forward_tm(tag, Z, S, E, C, Hid, t, b, H, act, j0, j1):
                                                                    act, j0, j1)
 
 
-@overload(backward_fm)
+@called_overload(backward_fm)
 def _backward_fm(tag, dH, dZ, dZh, cd, Zm, Sm, Em, Cm, cs, B, X, cx, fp, n, act, total, add):
     impl = _module(tag).backward_fm
 
@@ -145,13 +145,13 @@ def _backward_tm(tag, dH, dZ, dZh, Z, S, E, C, X, t, b, B, H, act, j0, j1):
     return call
 
 
-@overload(to_h0, inline="always")
+@inline_overload(to_h0)
 def _to_h0(tag, X, dh0, dc0):
     impl = _module(tag).to_h0
     return lambda tag, X, dh0, dc0: impl(X, dh0, dc0)
 
 
-@overload(sums, inline="always")
+@inline_overload(sums)
 def _sums(tag):
     value = _module(tag).SUMS
     return lambda tag: value
