@@ -1,13 +1,16 @@
 """The kernels' compiles run at LLVM optimisation level 2 and leave Numba's own setting
 (NUMBA_OPT) as they found it, also when a compile fails; a kernel that asks for it has
 its loops vectorized 512 bits wide; a function inlined at several sites goes through
-Numba's untyped passes once, each site inlining a copy of its own."""
+Numba's untyped passes once, each site inlining a copy of its own, made once; the flags
+of a compile hash and compare as Numba's own, more directly."""
 import copy
 
 import llvmlite.binding as ll
 import numpy as np
 import pytest
-from numba.core import config, event, inline_closurecall
+from numba.core import config, event, inline_closurecall, ir
+from numba.core.compiler import Flags
+from numba.core.targetconfig import TargetConfig
 
 from fastbptt._kernels import _jit
 from fastbptt._kernels._jit import OPT_LEVEL, PREFER_VECTOR_WIDTH, jit
@@ -133,3 +136,70 @@ def test_an_inlined_functions_ir_is_made_once_and_each_site_has_its_own_copy(mon
     assert any(key[0] is twice.py_func for key in _jit._UNTYPED)
     assert inline_closurecall.InlineWorker is not _jit._KeptInlineWorker    # put back
     assert inline_closurecall.copy is copy and _jit._BLOCK_COPIES.scopes is None
+
+
+def test_an_inlined_function_is_copied_once_for_its_site(monkeypatch):
+    """Numba's inliner copied a callee's blocks twice, the second copy only to return it
+    to callers that discard it: each block is now copied once for the site."""
+    @jit(inline="always", cache=False)
+    def branchy(a):
+        if a > 0:
+            return a * 2.0
+        return -a
+
+    @jit(cache=False)
+    def kernel(x):
+        return branchy(x)
+
+    copied = []
+    real = copy.deepcopy
+
+    def counted(x, memo=None):
+        if isinstance(x, ir.Block):
+            copied.append(x)
+        return real(x, memo)
+    monkeypatch.setattr(copy, "deepcopy", counted)
+    assert kernel(-1.5) == 1.5 and kernel(2.0) == 4.0
+    kept = next(ir_ for key, ir_ in _jit._UNTYPED.items() if key[0] is branchy.py_func)
+    assert len(kept.blocks) > 1
+    assert len(copied) == len(kept.blocks), (len(copied), len(kept.blocks))
+    assert _jit._BLOCK_COPIES.made is None
+
+
+def _flag_sets():
+    """Flags of several kinds: none set, options set to their defaults, and to others."""
+    plain, defaults, other, other_too = Flags(), Flags(), Flags(), Flags()
+    defaults.nrt = False
+    defaults.boundscheck = None
+    other.nrt = True
+    other_too.nrt, other_too.fastmath = True, {"contract"}
+    return [plain, defaults, other, other_too, other.copy()]
+
+
+class _Methods(event.Listener):
+    """The flags' hash and equality in force when each compiler pass starts."""
+
+    def __init__(self):
+        self.seen = set()
+
+    def on_start(self, ev):
+        self.seen.add((TargetConfig.__hash__, TargetConfig.__eq__))
+
+    def on_end(self, ev):
+        pass
+
+
+def test_flags_hash_and_compare_as_numbas_during_a_compile_and_after():
+    numbas = TargetConfig.__hash__, TargetConfig.__eq__
+    listener = _Methods()
+    with event.install_listener("numba:run_pass", listener):
+        _levels_of_a_compile()
+    assert listener.seen == {(_jit._flags_hash, _jit._flags_eq)}
+    assert (TargetConfig.__hash__, TargetConfig.__eq__) == numbas      # put back
+    flags = _flag_sets()
+    for a in flags:
+        assert _jit._flags_hash(a) == numbas[0](a)
+        for b in flags + [object()]:
+            assert _jit._flags_eq(a, b) is numbas[1](a, b), (a, b)
+    assert numbas[1](flags[0], flags[1]) and not numbas[1](flags[0], flags[2])
+    assert numbas[1](flags[2], flags[4]) and not numbas[1](flags[2], flags[3])

@@ -36,6 +36,7 @@ from numba.core import bytecode, caching, config, inline_closurecall, ir
 from numba.core.compiler import Compiler
 from numba.core.compiler_machinery import register_pass
 from numba.core.lowering import Lower
+from numba.core.targetconfig import TargetConfig
 from numba.core.typed_passes import NativeLowering
 
 from .. import CacheUnavailableWarning
@@ -150,24 +151,37 @@ class _WideNativeLowering(NativeLowering):
 # copy came with a copy of its own of the callee's scope, every variable of the callee in
 # it: about as long again as those passes. Within one inlining, `_BLOCK_COPIES` gives the
 # blocks of one copy one copy of their scope, as a copy of the whole IR at once would.
+# The second copy (`InlineWorker.inline_ir`'s "unmutated copy" of the callee, which it
+# returns and both of Numba's callers discard) is not made: at every inlining, typed ones
+# too, that was half of the copying.
 _UNTYPED = {}
 
 
 class _BlockCopies:
-    """The ``copy`` module, as `inline_closurecall` sees it while a kernel compiles: within
-    an inlining (``scopes`` not None), a block's deep copy shares the copy of its scope
-    with the other blocks of the same scope."""
+    """The ``copy`` module, as `inline_closurecall` sees it while a kernel compiles. Within
+    an inlining (``made`` not None), the copy of a block that this inlining made is that
+    block itself; and within an inlining of `_KeptInlineWorker.inline_function`
+    (``scopes`` not None), a block's deep copy shares the copy of its scope with the other
+    blocks of the same scope. Numba's inliner deep-copies blocks and nothing else."""
 
     def __init__(self):
         self.scopes = None          # {id(a scope): its copy}, within an inlining
+        self.made = None            # {id(a block's copy): the copy}, within an inlining
 
     def deepcopy(self, x, memo=None):
-        if memo is None and self.scopes is not None and isinstance(x, ir.Block):
+        if memo is not None or not isinstance(x, ir.Block):
+            return copy.deepcopy(x, memo)
+        if self.made is not None and self.made.get(id(x)) is x:
+            return x
+        if self.scopes is not None:
             scope = x.scope
             if id(scope) not in self.scopes:
                 self.scopes[id(scope)] = copy.deepcopy(scope)
             memo = {id(scope): self.scopes[id(scope)]}
-        return copy.deepcopy(x, memo)
+        made = copy.deepcopy(x, memo)
+        if self.made is not None:
+            self.made[id(made)] = made
+        return made
 
     def __getattr__(self, name):
         return getattr(copy, name)
@@ -196,6 +210,44 @@ class _KeptInlineWorker(inline_closurecall.InlineWorker):
         finally:
             _BLOCK_COPIES.scopes = None
 
+    def inline_ir(self, caller_ir, block, i, callee_ir, callee_freevars, arg_typs=None):
+        """Numba's, without the copy of the callee's IR as it was before the inlining that
+        Numba's returns first and its callers discard: None in its place."""
+        outer, _BLOCK_COPIES.made = _BLOCK_COPIES.made, {}
+        try:
+            result = super().inline_ir(caller_ir, block, i, callee_ir, callee_freevars,
+                                       arg_typs=arg_typs)
+        finally:
+            _BLOCK_COPIES.made = outer
+        return (None,) + tuple(result[1:])
+
+
+# Numba's overload templates keep their implementations by the flags of the compile that
+# asked for them (`TargetConfig`), whose hash and equality build a dict of every option,
+# each through its property, at each lookup: about 34,000 times, 5% of the Python calls
+# of W2's first call. While a kernel compiles, they take the same values more directly:
+# the hash, Numba's ``hash(tuple(sorted(self.values())))``, is that of the options' names
+# (the dict's keys), and equality compares each option's value or default.
+_FLAGS_HASHES = {}
+
+
+def _option_values(flags):
+    values = flags._values
+    return {name: values.get(name, option.default) for name, option in flags.options.items()}
+
+
+def _flags_hash(self):
+    cls = type(self)
+    if cls not in _FLAGS_HASHES:
+        _FLAGS_HASHES[cls] = hash(tuple(sorted(self.options)))
+    return _FLAGS_HASHES[cls]
+
+
+def _flags_eq(self, other):
+    if isinstance(other, TargetConfig):
+        return _option_values(self) == _option_values(other)
+    return NotImplemented
+
 
 class _Compiler(Compiler):
     """Numba's compiler, with LLVM's optimisation level at most ``level`` (`OPT_LEVEL`, or
@@ -205,7 +257,8 @@ class _Compiler(Compiler):
     within one compile, and compiles only under its global lock; so the level set here
     holds for this kernel and whatever it compiles on the way (its callees, NumPy
     functions' implementations), and is restored before another compile can begin. So
-    do its inliner's worker (`_KeptInlineWorker`) and copies (`_BLOCK_COPIES`).
+    do its inliner's worker (`_KeptInlineWorker`), copies (`_BLOCK_COPIES`) and the
+    flags' hash and equality (`_flags_hash`, `_flags_eq`).
     """
 
     level = OPT_LEVEL
@@ -226,14 +279,17 @@ class _Compiler(Compiler):
             inline_closurecall.copy
         if saved > self.level and not getattr(saved, "is_opt_max", False):
             config.OPT = type(saved)(self.level)
-        # both read where they are used, under the compiler lock that this compile holds
+        # all read where they are used, under the compiler lock that this compile holds
         inline_closurecall.InlineWorker, inline_closurecall.copy = \
             _KeptInlineWorker, _BLOCK_COPIES
+        flags = TargetConfig.__hash__, TargetConfig.__eq__
+        TargetConfig.__hash__, TargetConfig.__eq__ = _flags_hash, _flags_eq
         try:
             return super()._compile_core()
         finally:
             config.OPT = saved
             inline_closurecall.InlineWorker, inline_closurecall.copy = worker, copies
+            TargetConfig.__hash__, TargetConfig.__eq__ = flags
 
 
 def jit(func=None, **overrides):
