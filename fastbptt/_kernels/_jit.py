@@ -227,7 +227,8 @@ class _KeptInlineWorker(inline_closurecall.InlineWorker):
 # each through its property, at each lookup: about 34,000 times, 5% of the Python calls
 # of W2's first call. While a kernel compiles, they take the same values more directly:
 # the hash, Numba's ``hash(tuple(sorted(self.values())))``, is that of the options' names
-# (the dict's keys), and equality compares each option's value or default.
+# (the dict's keys), and equality compares the options set, or where they differ, each
+# option's value or default.
 _FLAGS_HASHES = {}
 
 
@@ -244,9 +245,11 @@ def _flags_hash(self):
 
 
 def _flags_eq(self, other):
-    if isinstance(other, TargetConfig):
-        return _option_values(self) == _option_values(other)
-    return NotImplemented
+    if not isinstance(other, TargetConfig):
+        return NotImplemented
+    if type(self) is type(other) and self._values == other._values:
+        return True             # the same options, set to the same values
+    return _option_values(self) == _option_values(other)
 
 
 class _Compiler(Compiler):
