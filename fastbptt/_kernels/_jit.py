@@ -40,6 +40,7 @@ from numba.core.targetconfig import TargetConfig
 from numba.core.typed_passes import NativeLowering
 
 from .. import CacheUnavailableWarning
+from ._linking import CODEGEN, KernelLibrary
 
 CACHE = os.environ.get("FASTBPTT_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
 _FOLDER = os.path.dirname(os.path.abspath(__file__))
@@ -260,8 +261,9 @@ class _Compiler(Compiler):
     within one compile, and compiles only under its global lock; so the level set here
     holds for this kernel and whatever it compiles on the way (its callees, NumPy
     functions' implementations), and is restored before another compile can begin. So
-    do its inliner's worker (`_KeptInlineWorker`), copies (`_BLOCK_COPIES`) and the
-    flags' hash and equality (`_flags_hash`, `_flags_eq`).
+    do its inliner's worker (`_KeptInlineWorker`), copies (`_BLOCK_COPIES`), the
+    flags' hash and equality (`_flags_hash`, `_flags_eq`) and the class of the code
+    libraries it makes (`_linking.KernelLibrary`).
     """
 
     level = OPT_LEVEL
@@ -287,12 +289,14 @@ class _Compiler(Compiler):
             _KeptInlineWorker, _BLOCK_COPIES
         flags = TargetConfig.__hash__, TargetConfig.__eq__
         TargetConfig.__hash__, TargetConfig.__eq__ = _flags_hash, _flags_eq
+        libraries, CODEGEN._library_class = CODEGEN._library_class, KernelLibrary
         try:
             return super()._compile_core()
         finally:
             config.OPT = saved
             inline_closurecall.InlineWorker, inline_closurecall.copy = worker, copies
             TargetConfig.__hash__, TargetConfig.__eq__ = flags
+            CODEGEN._library_class = libraries
 
 
 def jit(func=None, **overrides):
