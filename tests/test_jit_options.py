@@ -172,7 +172,8 @@ def _flag_sets():
     defaults.nrt = False
     defaults.boundscheck = None
     other.nrt = True
-    other_too.nrt, other_too.fastmath = True, {"contract"}
+    other_too.nrt = True
+    other_too.fastmath = {"contract"}
     return [plain, defaults, other, other_too, other.copy()]
 
 

@@ -33,6 +33,7 @@ import warnings
 
 from numba import njit
 from numba.core import bytecode, caching, config, inline_closurecall, ir
+from numba.core.codegen import JITCPUCodegen
 from numba.core.compiler import Compiler
 from numba.core.compiler_machinery import register_pass
 from numba.core.lowering import Lower
@@ -40,7 +41,7 @@ from numba.core.targetconfig import TargetConfig
 from numba.core.typed_passes import NativeLowering
 
 from .. import CacheUnavailableWarning
-from ._linking import CODEGEN, KernelLibrary
+from ._linking import KernelLibrary
 
 CACHE = os.environ.get("FASTBPTT_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
 _FOLDER = os.path.dirname(os.path.abspath(__file__))
@@ -289,14 +290,14 @@ class _Compiler(Compiler):
             _KeptInlineWorker, _BLOCK_COPIES
         flags = TargetConfig.__hash__, TargetConfig.__eq__
         TargetConfig.__hash__, TargetConfig.__eq__ = _flags_hash, _flags_eq
-        libraries, CODEGEN._library_class = CODEGEN._library_class, KernelLibrary
+        libraries, JITCPUCodegen._library_class = JITCPUCodegen._library_class, KernelLibrary
         try:
             return super()._compile_core()
         finally:
             config.OPT = saved
             inline_closurecall.InlineWorker, inline_closurecall.copy = worker, copies
             TargetConfig.__hash__, TargetConfig.__eq__ = flags
-            CODEGEN._library_class = libraries
+            JITCPUCodegen._library_class = libraries
 
 
 def jit(func=None, **overrides):

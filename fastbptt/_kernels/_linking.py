@@ -15,7 +15,7 @@ callees loaded from the cache, are linked before it, as Numba links them. The ke
 compiled object still holds all of the code it calls, as Numba's cache needs.
 """
 import llvmlite.binding as ll
-from numba.core.codegen import JITCodeLibrary, JITCPUCodegen
+from numba.core.codegen import JITCodeLibrary
 
 # LLVM inlines a call whose cost is below about 225 units at levels 2 and 3, 5 units an
 # instruction, with bonuses (vector code, a single block) that at most about triple it: no
@@ -59,5 +59,3 @@ class KernelLibrary(JITCodeLibrary):
         for library in self._late:
             self._final_module.link_in(library._get_module_for_linking(), preserve=True)
 
-
-CODEGEN = JITCPUCodegen      # whose `_library_class` a kernel's compile sets to KernelLibrary
