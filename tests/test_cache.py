@@ -1,11 +1,13 @@
 """A read-only install: Numba's cache falls back to NUMBA_CACHE_DIR, or to compiling in
 memory with one warning, and never breaks import or calls."""
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import fastbptt
@@ -92,3 +94,41 @@ def test_the_warning_is_public_to_filter_it():
 
     assert fastbptt.CacheUnavailableWarning is _jit.CacheUnavailableWarning
     assert issubclass(fastbptt.CacheUnavailableWarning, RuntimeWarning)
+
+
+FIRST_CALLS = """
+import json, sys
+import numpy as np
+import fastbptt
+REGISTRIES = "numba.np.polynomial.polynomial_core"   # imported by Numba's registries alone
+x = np.arange(12) % 5
+out = {}
+for dtype in sys.argv[1:]:
+    params = fastbptt.init_params(5, 4, 3, dtype=np.dtype(dtype), seed=0)
+    out[dtype] = fastbptt.grad(x, x % 3, params).W.tobytes().hex()
+    out[dtype + " registries"] = REGISTRIES in sys.modules
+print(json.dumps(out))
+"""
+
+
+def test_kernels_loaded_from_the_cache_need_no_registries_and_compiles_still_work(tmp_path):
+    """A process whose kernels all come from the cache does not import Numba's typing and
+    lowering registries; a kernel it compiles after such loads (float32 here, calling
+    callees of the same names) still gets them, and every result is the same."""
+    def first_calls(*dtypes):
+        environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+        environ.pop("FASTBPTT_CACHE", None)
+        done = subprocess.run([sys.executable, "-c", FIRST_CALLS, *dtypes], env=environ,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    compiled = first_calls("float64")
+    assert compiled["float64 registries"]
+    loaded = first_calls("float64", "float32")
+    assert not loaded["float64 registries"]
+    assert loaded["float32 registries"]
+    assert loaded["float64"] == compiled["float64"]
+    x = np.arange(12) % 5
+    here = fastbptt.grad(x, x % 3, fastbptt.init_params(5, 4, 3, dtype=np.float32, seed=0))
+    assert loaded["float32"] == here.W.tobytes().hex()
