@@ -2,13 +2,15 @@
 (NUMBA_OPT) as they found it, also when a compile fails; a kernel that asks for it has
 its loops vectorized 512 bits wide; a function inlined at several sites goes through
 Numba's untyped passes once, each site inlining a copy of its own, made once; the flags
-of a compile hash and compare as Numba's own, more directly."""
+of a compile hash and compare as Numba's own, more directly; error messages read as Numba's
+own, marked up without colorama's streams."""
 import copy
 
 import llvmlite.binding as ll
 import numpy as np
 import pytest
-from numba.core import config, event, inline_closurecall, ir
+from numba import njit
+from numba.core import config, errors, event, inline_closurecall, ir
 from numba.core.compiler import Flags
 from numba.core.targetconfig import TargetConfig
 
@@ -204,3 +206,33 @@ def test_flags_hash_and_compare_as_numbas_during_a_compile_and_after():
             assert _jit._flags_eq(a, b) is numbas[1](a, b), (a, b)
     assert numbas[1](flags[0], flags[1]) and not numbas[1](flags[0], flags[2])
     assert numbas[1](flags[2], flags[4]) and not numbas[1](flags[2], flags[3])
+
+
+@pytest.mark.skipif(not hasattr(errors, "HighlightColorScheme"), reason="needs colorama")
+@pytest.mark.parametrize("theme", sorted(getattr(errors, "themes", {})))
+def test_error_markup_gives_numbas_text_without_colorama_streams(monkeypatch, theme):
+    numbas = errors.HighlightColorScheme(errors.themes[theme])
+    monkeypatch.setattr(errors, "_termcolor_inst", numbas)
+    quiet = _jit._quiet_markup()
+    assert type(quiet) is not errors.HighlightColorScheme
+    names = ("code", "errmsg", "filename", "indicate", "highlight", "reset")
+    expected = [getattr(numbas, name)("a 'message'\n") for name in names]
+    plain = numbas._markup("plain", None, None)
+    monkeypatch.setattr(errors, "init", None)       # colorama's streams are not touched
+    assert [getattr(quiet, name)("a 'message'\n") for name in names] == expected
+    assert quiet._markup("plain", None, None) == plain
+
+
+def test_a_failed_compile_says_what_numba_says_and_restores_the_markup():
+    def f(x):
+        return x.no_such_attribute
+
+    before = errors.termcolor()
+    messages = []
+    for compile_ in (njit, jit(cache=False)):
+        with pytest.raises(errors.TypingError) as error:
+            compile_(f)(np.ones(2))
+        messages.append(str(error.value))
+    assert messages[0] == messages[1]
+    assert "no_such_attribute" in messages[1]
+    assert errors.termcolor() is before
