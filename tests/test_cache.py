@@ -1,5 +1,6 @@
 """A read-only install: Numba's cache falls back to NUMBA_CACHE_DIR, or to compiling in
-memory with one warning, and never breaks import or calls."""
+memory with one warning, and never breaks import or calls. Each NUMBA_OPT level keeps a
+cache of its own, and kernels load from the cache without Numba's registries."""
 import json
 import os
 import shutil
