@@ -140,7 +140,8 @@ OPT_LEVEL = 2
 # forward pass (G1) 0.95 to 0.98. Kernels of long elementwise loops ask for it
 # (``jit(wide=True)``); every kernel at once made G1's first call compile 1.2 to 1.7 s
 # longer (of 19 to 21 s), and no other kernel measurably faster. `simd`'s vector code is
-# 512 bits wide whatever this says; machines without 512-bit registers keep to theirs.
+# as wide as `simd.VECTOR_BYTES` whatever this says; machines without 512-bit registers
+# keep to theirs.
 PREFER_VECTOR_WIDTH = '"prefer-vector-width"="512"'
 
 

@@ -4,9 +4,10 @@ One step of a single sequence is out += M x with M H x H: for H = 128 in float32
 16,384 multiply-adds reading 64 KB, more than the 48 KB L1 cache of the cores here. A
 loop of row dot products spends much of its time reducing each row's vector sum, and a
 BLAS call costs more than the product. This kernel instead keeps a block of outputs, up
-to 16 vector registers (256 float32 or 128 float64), in registers and adds x[j] times
-row j of R = M^T to them, j = 0 ... K-1: each row is one contiguous load per register
-and nothing needs a horizontal sum. Blocks of up to 8 registers keep a second set of
+to 16 vector registers (`simd.VECTOR_BYTES` each: 256 float32 or 128 float64 with
+AVX-512, half as many with AVX2), in registers and adds x[j] times row j of R = M^T to
+them, j = 0 ... K-1: each row is one contiguous load per register and nothing needs a
+horizontal sum. Blocks of up to 8 registers keep a second set of
 sums for odd j, so that enough multiply-adds are in flight.
 
 `rows_axpy` can take the rows in reverse order. A time loop that alternates direction
