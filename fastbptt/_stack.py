@@ -107,6 +107,7 @@ def narrow_most(vector_bytes):
 
 
 NARROW_MOST = narrow_most(VECTOR_BYTES)
+
 # Sliced narrow batches with a W of UNITS_BYTES or more, whose hidden units split into
 # whole panels per thread, run split by units instead (`unit_slices`): each thread then
 # reads its part of W every step rather than all of it. Measured on two threads, B = 32,
