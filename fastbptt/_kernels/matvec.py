@@ -31,9 +31,9 @@ import numpy as np
 from ._jit import jit
 from .blas import transpose_into
 from .copies import copy_row
-from .simd import VECTOR_BYTES, axpy_block, lanes, panel_block
+from .simd import ACCUMULATORS, PANEL_GROUP, VECTOR_BYTES, axpy_block, lanes, panel_block
 
-BLOCK = 16          # most registers per block (`simd.axpy_block`)
+BLOCK = ACCUMULATORS        # most registers of sums per block (`simd.axpy_block`)
 # Panels (`panel_columns`, `panels_axpy`): column panels of 4 registers, 256-byte rows,
 # walked KC rows (256 KB) at a time, which stay in L2 while every group of sequences reads
 # them. Chunks of 96 rows (24 KB, to stay in L1) made the out blocks load and store
@@ -53,6 +53,7 @@ KC = 1024
 # cost up to 4%. Beyond 1 MB (the size of L2 here) W5 (4 MB) ran as fast with it as
 # without (paired ratios 0.99 on one thread, 1.01 on two), and G4 on two threads, whose
 # forward pass reads 2 MB of panels per gate and thread, 5 to 6% faster than beyond 4 MB.
+# (Counted in sequences, PREFETCH_GROUPS groups of 4, whatever `simd.PANEL_GROUP` is.)
 PREFETCH_GROUPS = 7
 PREFETCH_BYTES = 1 << 20
 
@@ -93,12 +94,12 @@ def _piece(k, full, rest, most):
 def _one_pass(R, x, xstep, out, ostep, nseq, reverse):
     """out_s += R^T x_s for ``nseq`` (1 to 4) sequences whose x and out start at the
     addresses x and out, xstep and ostep elements apart: blocks of up to 16 / nseq
-    registers (4 for 3 sequences), walking R's rows from the last one up when
-    ``reverse``. (One call site for every block: each inlines a tree of register-block
+    registers (4 for 3 sequences; with AVX2 8 / nseq, 2 for 3: `simd.ACCUMULATORS`),
+    walking R's rows from the last one up when ``reverse``. (One call site for every block: each inlines a tree of register-block
     loops, and compile time grows with their count.)"""
     K, N = R.shape
     size, w = R.itemsize, lanes(R)
-    most = BLOCK // nseq if nseq != 3 else 4
+    most = BLOCK // nseq if nseq != 3 else BLOCK // 4
     full, rest = divmod(N // w, most)     # blocks of `most` registers, then halves of it
     blocks = full + (rest & 8 > 0) + (rest & 4 > 0) + (rest & 2 > 0) + (rest & 1 > 0)
     step = -N if reverse else N
@@ -200,10 +201,11 @@ def panels_axpy(Rc, K, x, out):
     N = out.shape[1] (a whole number of vector registers).
 
     A small matrix product: per panel, KC rows at a time (in L2), every group of 4
-    sequences adds those rows' terms to its 4 x 4 registers, so each row comes from
-    memory or L3 once a step rather than once a group (LSTM at H = 256, 32 sequences,
-    100 steps: 6.9 ms forward and 6.8 ms backward, against 10.4 and 10.7 ms for
-    `rows_axpy` on the whole rows). The last 2 or 1 sequences go in smaller groups, and
+    sequences (2 with AVX2: `simd.PANEL_GROUP`) adds those rows' terms to its 4 x 4
+    registers, so each row comes from memory or L3 once a step rather than once a group
+    (LSTM at H = 256, 32 sequences, 100 steps: 6.9 ms forward and 6.8 ms backward, against
+    10.4 and 10.7 ms for `rows_axpy` on the whole rows). The last 2 or 1 sequences go in
+    smaller groups, and
     a last panel narrower than the others in narrower blocks (`simd.panel_block`); every
     output adds the rows in one order, j = 0 ... K-1, so a sequence's outputs are the
     same bits whatever group or slice of the batch it falls in. Panels larger than
@@ -223,7 +225,7 @@ def panels_axpy(Rc, K, x, out):
     xstep, ostep = x.strides[0] // size, out.strides[0] // size
     start = Rc.ctypes.data
     end = start + K * P * size
-    groups = S // 4
+    groups = S // PANEL_GROUP
     for c0 in range(0, N, pw):
         vectors = min(pw, N - c0) // lanes(Rc)
         panel = start + c0 * K * size
@@ -235,16 +237,16 @@ def panels_axpy(Rc, K, x, out):
             if ahead >= end:
                 ahead = start
             share, step = 0, 0          # lines each group prefetches, bytes a row
-            if groups >= PREFETCH_GROUPS and end - start > PREFETCH_BYTES:
+            if S >= 4 * PREFETCH_GROUPS and end - start > PREFETCH_BYTES:
                 share = min(rows * pw * size, end - ahead) // 64 // groups
                 step = share * 64 // rows
             s0 = 0
             while s0 < S:
-                nseq = 4 if S - s0 >= 4 else (2 if S - s0 >= 2 else 1)
+                nseq = PANEL_GROUP if S - s0 >= PANEL_GROUP else (2 if S - s0 >= 2 else 1)
                 panel_block(vectors, nseq, Rc, chunk, pw,
                             x.ctypes.data + (s0 * xstep + j0) * size, xstep,
                             out.ctypes.data + (s0 * ostep + c0) * size, ostep, rows,
-                            ahead + s0 // 4 * share * 64, step)
+                            ahead + s0 // PANEL_GROUP * share * 64, step)
                 s0 += nseq
 
 

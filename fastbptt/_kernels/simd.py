@@ -39,6 +39,17 @@ def vector_bytes(features=None):
 
 
 VECTOR_BYTES = vector_bytes()
+# The most vectors of sums a block keeps in registers: half of the register file (32
+# registers with AVX-512, 16 with AVX2), so that the rows' loads and the broadcast x fit
+# beside them. Blocks of 16 on AVX2 spilled sums to the stack in every pass; blocks of
+# at most 8 ran 1.3 to 2.2 times as fast (a Zen 3 core, float32, R of 128 x 128 to
+# 512 x 2048 on whole rows, 256 x 768 to 1024 x 4096 in panels: below, and `matvec`).
+ACCUMULATORS = 16 if VECTOR_BYTES == 64 else 8
+# Sequences per group of `matvec.panels_axpy`, each group one block of a panel's 4
+# vectors for each sequence: 4 x 4 sums with AVX-512, 2 x 4 with AVX2. On a Zen 3 core
+# (float32, 24 to 64 sequences, K x N 128 x 512 to 1024 x 4096, GF/s) groups of 4 ran at
+# 37 to 44, groups of 2 at 72 to 94, and OpenBLAS's sgemm of the same product at 62 to 83.
+PANEL_GROUP = ACCUMULATORS // 4
 
 
 def _axpy_block(vectors, nseq, halves=None, prefetch=False):
@@ -56,7 +67,8 @@ def _axpy_block(vectors, nseq, halves=None, prefetch=False):
     element counts (intp): r (address of R[0, i0]), ldr (row step in elements, negative
     to walk up), x (x_0's address), xstep (elements from x_s to x_{s+1}), incx, out,
     ostep (likewise), K (rows). One sequence with at most 8 registers keeps a second set
-    of sums for odd j, so that enough multiply-adds are in flight, unless ``halves`` is 1
+    of sums for odd j (at most 4 with AVX2: `ACCUMULATORS`), so that enough multiply-adds are
+    in flight, unless ``halves`` is 1
     (then every output adds the rows in order, j = 0 ... K-1, as with several sequences).
 
     With ``prefetch``, two more arguments, pf and pfstep (intp): each row j also asks
@@ -64,7 +76,7 @@ def _axpy_block(vectors, nseq, halves=None, prefetch=False):
     the rows of R that the next call reads). A prefetch never faults, and touches nothing.
     """
     if halves is None:
-        halves = 2 if nseq == 1 and vectors <= 8 else 1
+        halves = 2 if nseq == 1 and vectors <= ACCUMULATORS // 2 else 1
 
     def typer(like):
         sig = types.void(like, *([types.intp] * (8 + 2 * prefetch)))
@@ -163,8 +175,8 @@ _a4_3, _a2_3, _a1_3 = (_axpy_block(v, 3) for v in (4, 2, 1))
 _a4_4, _a2_4, _a1_4 = (_axpy_block(v, 4) for v in (4, 2, 1))
 # one sequence, rows added in order (`panel_block`)
 _o4_1, _o2_1, _o1_1 = (_axpy_block(v, 1, halves=1) for v in (4, 2, 1))
-# 4 sequences in a whole panel, prefetching (`panel_block`)
-_p4_4 = _axpy_block(4, 4, prefetch=True)
+# a group of sequences in a whole panel, prefetching (`panel_block`)
+_p4_group = _axpy_block(4, PANEL_GROUP, prefetch=True)
 
 
 @jit(inline="always")
@@ -210,11 +222,12 @@ def axpy_block(vectors, nseq, like, r, ldr, x, xstep, incx, out, ostep, K):
 def panel_block(vectors, nseq, like, r, ldr, x, xstep, out, ostep, K, pf, pfstep):
     """`_axpy_block` for ``nseq`` in (1, 2, 4) sequences and ``vectors`` in (1, 2, 3, 4)
     registers (3 as 2 + 1), x's entries contiguous, every output adding the rows in order
-    (`matvec.panels_axpy`). 4 sequences in 4 registers prefetch the line at pf + j pfstep
-    with each row j unless pfstep is 0; the other blocks ignore pf and pfstep."""
+    (`matvec.panels_axpy`). PANEL_GROUP sequences in 4 registers prefetch the line at
+    pf + j pfstep with each row j unless pfstep is 0; the other blocks ignore pf and
+    pfstep."""
     if vectors == 4:
-        if nseq == 4 and pfstep:
-            _p4_4(like, r, ldr, x, xstep, 1, out, ostep, K, pf, pfstep)
+        if nseq == PANEL_GROUP and pfstep:
+            _p4_group(like, r, ldr, x, xstep, 1, out, ostep, K, pf, pfstep)
         elif nseq == 4:
             _a4_4(like, r, ldr, x, xstep, 1, out, ostep, K)
         elif nseq == 2:
