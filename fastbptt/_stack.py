@@ -39,7 +39,6 @@ from ._kernels.narrow import (NARROW, PANELS, backward_narrow, backward_narrow_w
                               forward_narrow, narrow_h0_grads, narrow_weight_grads,
                               to_feature_major)
 from ._kernels.narrow_units import backward_units, forward_units
-from ._kernels.simd import VECTOR_BYTES
 from ._threads import (can_slice, ensure_default_threads, one_blas_thread, run_parties,
                        run_slices, threads_in_use)
 from ._workspace import workspace
@@ -89,25 +88,13 @@ from .params import Layer
 # (16 MB) 0.84, float64 H = 1024 (8 MB) 0.97, float32 H = 1024 1.11, float64 H = 512 1.10.
 ELMAN_PANELS_BYTES = 2 << 20
 ELMAN_PANELS_BYTES_4 = 16 << 20
-
-
-def narrow_most(vector_bytes):
-    """The most sequences a batch on one thread runs narrow with: 4096 where the vector
-    kernels are AVX-512's (``vector_bytes`` 64, `simd.VECTOR_BYTES`), as measured above.
-
-    Without AVX-512, 15: with half as many vector registers, each half as wide, the
-    panels' blocks run further from the machine's peak than the BLAS's kernels do, and a
-    BLAS product per step took less time from 16 sequences on (a Zen 3 core, AVX2, one
-    thread, float32, token ids, T = 50 (20 at H = 1024), calls in turns, BLAS over
-    narrow: B = 16, Elman H = 128, 256 and 1024, 0.88, 0.83 and 0.80; LSTM H = 128, 256
-    and 1024, 0.89, 0.88 and 0.85; GRU H = 256, 0.96; B = 32, 0.58 to 0.88; B = 64, 0.59
-    to 0.83), and about as long or longer below (B = 4, 1.20 to 1.82; B = 8, 0.90 to
-    1.20; B = 12, 0.91 to 1.15)."""
-    return 4096 if vector_bytes == 64 else 15
-
-
-NARROW_MOST = narrow_most(VECTOR_BYTES)
-
+# Batches of up to NARROW_MOST run narrow without AVX-512 too (a Zen 3 core, AVX2, with
+# `simd.ACCUMULATORS` and `simd.PANEL_GROUP`; one thread, float32, token ids, T = 50 (20
+# at H = 1024), calls in turns in one process, a BLAS product per step over narrow):
+# B = 4 to 64, 1.00 to 2.69 (Elman H = 128, 256 and 1024, LSTM H = 128, 256 and 1024, GRU
+# H = 256); B = 256, 0.97 to 1.08; B = 512 to 2048, 0.83 to 1.08 (Elman H = 128 and 256,
+# LSTM H = 128 and 256, GRU H = 256).
+NARROW_MOST = 4096
 # Sliced narrow batches with a W of UNITS_BYTES or more, whose hidden units split into
 # whole panels per thread, run split by units instead (`unit_slices`): each thread then
 # reads its part of W every step rather than all of it. Measured on two threads, B = 32,

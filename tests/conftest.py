@@ -123,15 +123,6 @@ def assert_agree(got, want, dtype):
         assert relative_error(g, w) <= tol, (name, relative_error(g, w))
 
 
-@pytest.fixture
-def narrow_as_avx512(monkeypatch):
-    """The narrow path's choices as where the vector kernels are AVX-512's: batches of up
-    to 4096 sequences on one thread (`_stack.narrow_most`), for tests of what it does
-    with 16 or more, which without AVX-512 take a BLAS product per step."""
-    from fastbptt import _stack
-    monkeypatch.setattr(_stack, "NARROW_MOST", _stack.narrow_most(64))
-
-
 @pytest.fixture(params=["narrow", "blas"])
 def kernel_path(request, monkeypatch):
     """Run the test on each kernel path, whatever its batch sizes: "narrow" (time-major

@@ -6,8 +6,6 @@ import pytest
 import fastbptt
 from fastbptt import api
 
-pytestmark = pytest.mark.usefixtures("narrow_as_avx512")   # batches of 16 or more run narrow
-
 
 def leaves(result):
     out = []

@@ -11,8 +11,6 @@ import fastbptt
 from fastbptt._threads import (MAX_THREADS, _library_threads, can_slice, one_blas_thread,
                                threads_in_use)
 
-pytestmark = pytest.mark.usefixtures("narrow_as_avx512")   # batches of 16 or more run narrow
-
 
 def problems(n):
     rng = np.random.default_rng(11)
@@ -121,8 +119,6 @@ FORKED = """
 import os, sys
 import numpy as np
 import fastbptt
-from fastbptt import _stack
-_stack.NARROW_MOST = _stack.narrow_most(64)  # as with AVX-512: 16 run narrow
 fastbptt.set_num_threads(2)
 rng = np.random.default_rng(0)
 params = fastbptt.init_params(9, 40, 6, seed=3)
@@ -164,43 +160,33 @@ def _the_pool_threads_split(B):
         fastbptt.set_num_threads(before)
 
 
-@pytest.mark.parametrize("B,H,threads,narrow,vector_bytes", [
-    (1, 1024, 2, True, 64),        # a few sequences: always the narrow kernels
-    (3, 128, 2, True, 64),
-    (4, 512, 1, True, 64),         # whole rows: one pass over a 1 MB W per step
-    (4, 2048, 1, True, 64),        # 16 MB per step too (a BLAS product packed W every step)
-    (7, 2048, 1, True, 64),        # three passes
-    (8, 2048, 1, True, 64),        # panels, whatever W's size
-    (32, 1024, 1, True, 64),
-    (128, 128, 1, True, 64),
-    (512, 128, 1, True, 64),
-    (513, 128, 1, True, 64),       # panels beat a BLAS product per step beyond 512 too
-    (4096, 128, 1, True, 64),
-    (4097, 128, 1, False, 64),     # more than NARROW_MOST: BLAS
-    (128, 128, 2, True, 64),       # two threads, two slices of 64
-    (130, 128, 2, True, 64),       # two threads, two slices of 64 and 66
-    (4096, 128, 2, True, 64),
-    (4097, 128, 2, False, 64),     # more than NARROW_MOST on two threads too: BLAS
-    (8, 128, 2, True, 64),         # two threads, too few to slice: one thread's loop
-    (15, 2048, 2, True, 64),
-    (16, 128, 2, True, 64),        # two threads, two slices of 8
-    # without AVX-512 (`_stack.narrow_most`): from 16 sequences a BLAS product per step
-    (1, 128, 1, True, 32),
-    (15, 128, 1, True, 32),
-    (16, 128, 1, False, 32),
-    (32, 1024, 1, False, 32),
-    (15, 128, 2, True, 32),
-    (16, 128, 2, False, 32),
+@pytest.mark.parametrize("B,H,threads,narrow", [
+    (1, 1024, 2, True),        # a few sequences: always the narrow kernels
+    (3, 128, 2, True),
+    (4, 512, 1, True),         # whole rows: one pass over a 1 MB W per step
+    (4, 2048, 1, True),        # 16 MB per step too (a BLAS product packed W every step)
+    (7, 2048, 1, True),        # three passes
+    (8, 2048, 1, True),        # panels, whatever W's size
+    (32, 1024, 1, True),
+    (128, 128, 1, True),
+    (512, 128, 1, True),
+    (513, 128, 1, True),       # panels beat a BLAS product per step beyond 512 too
+    (4096, 128, 1, True),
+    (4097, 128, 1, False),     # more than NARROW_MOST: BLAS
+    (128, 128, 2, True),       # two threads, two slices of 64
+    (130, 128, 2, True),       # two threads, two slices of 64 and 66
+    (4096, 128, 2, True),
+    (4097, 128, 2, False),     # more than NARROW_MOST on two threads too: BLAS
+    (8, 128, 2, True),         # two threads, too few to slice: one thread's loop
+    (15, 2048, 2, True),
+    (16, 128, 2, True),        # two threads, two slices of 8
 ])
-def test_kernel_path_follows_batch_size_W_size_and_threads(monkeypatch, B, H, threads, narrow,
-                                                           vector_bytes):
+def test_kernel_path_follows_batch_size_W_size_and_threads(B, H, threads, narrow):
     from fastbptt import _stack
     from fastbptt._inputs import prepare
 
-    assert _stack.narrow_most(64) == 4096 and _stack.narrow_most(32) == 15
     if threads > 1 and (MAX_THREADS < 2 or not can_slice()):
         pytest.skip(SLICES)
-    monkeypatch.setattr(_stack, "NARROW_MOST", _stack.narrow_most(vector_bytes))
     params = fastbptt.Params(np.zeros((H, 3), np.float32), np.zeros((H, H), np.float32),
                              np.zeros((2, H), np.float32))
     problem = prepare(np.zeros((B, 5), np.int64), np.zeros((B, 5), np.int64), params)

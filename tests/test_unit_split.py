@@ -8,8 +8,6 @@ import fastbptt
 from fastbptt import _stack, _threads
 from fastbptt._inputs import prepare
 
-pytestmark = pytest.mark.usefixtures("narrow_as_avx512")   # batches of 16 or more run narrow
-
 two_cpus = pytest.mark.skipif(
     _threads.MAX_THREADS < 2 or not _threads.can_slice(),
     reason="needs two CPUs and OpenBLAS's per-thread count (0.3.27: SciPy 1.13 or later)")

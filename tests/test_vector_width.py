@@ -1,8 +1,7 @@
 """The vector kernels' width follows the CPU features Numba compiles for
-(`fastbptt._kernels.simd.vector_bytes`): 64 bytes with AVX-512, 32 without, and so does
-the largest batch that runs narrow on one thread (`fastbptt._stack.narrow_most`). On a
-machine with AVX-512, the vector kernels' tests run once more in a process that compiles
-without it, so that there both widths are tested."""
+(`fastbptt._kernels.simd.vector_bytes`): 64 bytes with AVX-512, 32 without. On a machine
+with AVX-512, the vector kernels' tests run once more in a process that compiles without
+it, so that there both widths are tested."""
 import os
 import subprocess
 import sys
@@ -22,11 +21,6 @@ def test_width_follows_the_features():
     assert vector_bytes("+neon,+fp-armv8") == 32
     assert vector_bytes("") == 32
     assert VECTOR_BYTES == vector_bytes()
-
-
-def test_batches_take_the_narrow_path_up_to_the_widths_limit():
-    from fastbptt import _stack
-    assert _stack.NARROW_MOST == _stack.narrow_most(VECTOR_BYTES)
 
 
 def without_avx512(features):
