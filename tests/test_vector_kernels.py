@@ -1,16 +1,16 @@
 """Kernels written as explicit vector code, and the validation scans.
 
-- `rows_axpy`, the register-blocked step of narrow batches: its blocks cover 16, 8, 4,
-  2 and 1 vector registers for groups of 1 to 4 sequences, walked forward or
-  backward; the shapes here reach every combination, and the end-to-end cases run hidden
-  sizes that need several blocks and padding through the narrow forward and backward
-  paths.
-- `panels_axpy` on `panel_columns`' panels, the step of narrow batches of 4 sequences
-  or more: a blocked product (KC rows at a time for every group of 4 sequences), the
-  last 1 to 3 sequences in groups of 2 and 1, a narrower last panel (3, 2 or 1
-  registers of output), K beyond and below KC; every sequence's outputs the same bits
-  whatever group it falls in; and on panels larger than `PREFETCH_BYTES`, where groups
-  of 4 prefetch the next chunk of rows as they go.
+- `rows_axpy`, the register-blocked step of narrow batches: its blocks cover 16 (with
+  AVX-512), 8, 4, 2 and 1 vector registers for groups of 1 to 4 sequences, walked
+  forward or backward; the shapes here reach every combination, and the end-to-end cases
+  run hidden sizes that need several blocks and padding through the narrow forward and
+  backward paths.
+- `panels_axpy` on `panel_columns`' panels, the step of narrow batches of 4 sequences or
+  more: a blocked product (KC rows at a time for every group of 4 sequences, 2 without
+  AVX-512: `simd.PANEL_GROUP`), the last 1 to 3 sequences in groups of 2 and 1, a
+  narrower last panel (3, 2 or 1 registers of output), K beyond and below KC; every
+  sequence's outputs the same bits whatever group it falls in; and on panels larger than
+  `PREFETCH_BYTES`, where the groups prefetch the next chunk of rows as they go.
 - `transpose_into`, whose full tiles go through registers.
 - `all_finite` and `id_range`, which validation runs before falling back to NumPy.
 """
@@ -150,7 +150,7 @@ def test_panels_axpy_matches_numpy(rng, dtype, S):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("S", [4 * PREFETCH_GROUPS, 4 * PREFETCH_GROUPS + 3, 64])
 def test_panels_axpy_prefetching_matches_numpy(rng, dtype, S):
-    """Panels larger than PREFETCH_BYTES, enough groups of 4 to prefetch: the same sums,
+    """Panels larger than PREFETCH_BYTES, enough sequences to prefetch: the same sums,
     and every sequence the same bits as alone (one sequence never prefetches)."""
     size = np.dtype(dtype).itemsize
     N = 63 * (VECTOR_BYTES // size)                 # 15 whole panels and one of 3 registers

@@ -41,9 +41,12 @@ def vector_bytes(features=None):
 VECTOR_BYTES = vector_bytes()
 # The most vectors of sums a block keeps in registers: half of the register file (32
 # registers with AVX-512, 16 with AVX2), so that the rows' loads and the broadcast x fit
-# beside them. Blocks of 16 on AVX2 spilled sums to the stack in every pass; blocks of
-# at most 8 ran 1.3 to 2.2 times as fast (a Zen 3 core, float32, R of 128 x 128 to
-# 512 x 2048 on whole rows, 256 x 768 to 1024 x 4096 in panels: below, and `matvec`).
+# beside them. Blocks of 16 on AVX2 spilled sums to the stack in every pass. On a Zen 3
+# core (float32, one run each, `matvec.rows_axpy`'s blocks on R of 128 x 128 to
+# 512 x 2048), blocks of at most 8 against those of 16 ran 1.1 to 2.1 times as fast for
+# groups of 4 sequences and 0.96 to 2.6 for groups of 2; for 3 sequences (2 registers
+# against 4) 1.2 to 1.7 from 128 rows, 0.83 to 0.97 from L2; for one, 1.27 from 128 rows,
+# 0.84 to 1.5 from L2 (`benchmarks/HISTORY.md`).
 ACCUMULATORS = 16 if VECTOR_BYTES == 64 else 8
 # Sequences per group of `matvec.panels_axpy`, each group one block of a panel's 4
 # vectors for each sequence: 4 x 4 sums with AVX-512, 2 x 4 with AVX2. On a Zen 3 core
