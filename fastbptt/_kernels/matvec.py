@@ -95,8 +95,9 @@ def _one_pass(R, x, xstep, out, ostep, nseq, reverse):
     """out_s += R^T x_s for ``nseq`` (1 to 4) sequences whose x and out start at the
     addresses x and out, xstep and ostep elements apart: blocks of up to 16 / nseq
     registers (4 for 3 sequences; with AVX2 8 / nseq, 2 for 3: `simd.ACCUMULATORS`),
-    walking R's rows from the last one up when ``reverse``. (One call site for every block: each inlines a tree of register-block
-    loops, and compile time grows with their count.)"""
+    walking R's rows from the last one up when ``reverse``. (One call site for every
+    block: each inlines a tree of register-block loops, and compile time grows with their
+    count.)"""
     K, N = R.shape
     size, w = R.itemsize, lanes(R)
     most = BLOCK // nseq if nseq != 3 else BLOCK // 4
@@ -202,15 +203,14 @@ def panels_axpy(Rc, K, x, out):
 
     A small matrix product: per panel, KC rows at a time (in L2), every group of 4
     sequences (2 with AVX2: `simd.PANEL_GROUP`) adds those rows' terms to its 4 x 4
-    registers, so each row comes from memory or L3 once a step rather than once a group
-    (LSTM at H = 256, 32 sequences, 100 steps: 6.9 ms forward and 6.8 ms backward, against
-    10.4 and 10.7 ms for `rows_axpy` on the whole rows). The last 2 or 1 sequences go in
-    smaller groups, and
-    a last panel narrower than the others in narrower blocks (`simd.panel_block`); every
-    output adds the rows in one order, j = 0 ... K-1, so a sequence's outputs are the
-    same bits whatever group or slice of the batch it falls in. Panels larger than
-    PREFETCH_BYTES, read by PREFETCH_GROUPS groups of 4 or more, are prefetched a chunk
-    ahead, within Rc.
+    registers (2 x 4), so each row comes from memory or L3 once a step rather than once a
+    group (LSTM at H = 256, 32 sequences, 100 steps: 6.9 ms forward and 6.8 ms backward,
+    against 10.4 and 10.7 ms for `rows_axpy` on the whole rows). The last 2 or 1 sequences go in
+    smaller groups, and a last panel narrower than the others in narrower blocks
+    (`simd.panel_block`); every output adds the rows in one order, j = 0 ... K-1, so a
+    sequence's outputs are the same bits whatever group or slice of the batch it falls
+    in. Panels larger than PREFETCH_BYTES, read by 4 PREFETCH_GROUPS sequences or more,
+    are prefetched a chunk ahead, within Rc.
     """
     S, N = out.shape
     size = Rc.itemsize

@@ -70,9 +70,9 @@ def _axpy_block(vectors, nseq, halves=None, prefetch=False):
     element counts (intp): r (address of R[0, i0]), ldr (row step in elements, negative
     to walk up), x (x_0's address), xstep (elements from x_s to x_{s+1}), incx, out,
     ostep (likewise), K (rows). One sequence with at most 8 registers keeps a second set
-    of sums for odd j (at most 4 with AVX2: `ACCUMULATORS`), so that enough multiply-adds are
-    in flight, unless ``halves`` is 1
-    (then every output adds the rows in order, j = 0 ... K-1, as with several sequences).
+    of sums for odd j (at most 4 with AVX2: `ACCUMULATORS`), so that enough multiply-adds
+    are in flight, unless ``halves`` is 1 (then every output adds the rows in order,
+    j = 0 ... K-1, as with several sequences).
 
     With ``prefetch``, two more arguments, pf and pfstep (intp): each row j also asks
     for the cache line at address pf + j pfstep to be brought into L2 (`matvec.panels_axpy`:
