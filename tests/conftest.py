@@ -129,12 +129,18 @@ def kernel_path(request, monkeypatch):
     states, vector code, `fastbptt._kernels.narrow`) or "blas" (feature-major states,
     a BLAS product per step). Which one a call takes otherwise depends on B and W's size
     (`fastbptt._stack._narrow`)."""
+    use_kernel_path(monkeypatch, request.param)
+    return request.param
+
+
+def use_kernel_path(monkeypatch, path):
+    """Calls take kernel path ``path``, "narrow" or "blas" (`kernel_path`), until
+    ``monkeypatch`` undoes it."""
     from fastbptt import _stack
-    if request.param == "narrow":
+    if path == "narrow":
         monkeypatch.setattr(_stack, "NARROW", 10**9)
         monkeypatch.setattr(_stack, "FEW_STEPS", {})
     else:
         monkeypatch.setattr(_stack, "NARROW", 0)
         monkeypatch.setattr(_stack, "NARROW_MOST", -1)
-    return request.param
 

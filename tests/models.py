@@ -245,14 +245,14 @@ OUT_FIELDS = ("h", "h_final", "c_final")
 BACK_FIELDS = ("grads", "dx", "dh0", "dc0")
 
 
-def compare(case, rng, impl, against, empty=True, B=3, T=5):
+def compare(case, rng, impl, against, empty=True, B=3, T=5, **sizes):
     """{name: relative error} of ``impl``'s bptt and layer VJP against ``against``'s on
-    the same data (``impl``, ``against``: entries of `IMPLS`; ``empty``, B and T as
-    `Case.data`)."""
-    x, y, p, options = case.data(rng, head=True, empty=empty, B=B, T=T)
+    the same data (``impl``, ``against``: entries of `IMPLS`; ``empty``, B, T and the
+    ``sizes`` L, H, C as `Case.data`)."""
+    x, y, p, options = case.data(rng, head=True, empty=empty, B=B, T=T, **sizes)
     errors = disagreement(impl.bptt(case)(x, y, p, **options),
                           against.bptt(case)(x, y, p, **options), BPTT_FIELDS)
-    x, _, p, options = case.data(rng, head=False, empty=empty, B=B, T=T)
+    x, _, p, options = case.data(rng, head=False, empty=empty, B=B, T=T, **sizes)
     out, back = impl.vjp(case)(x, p, **options)
     out_ref, back_ref = against.vjp(case)(x, p, **options)
     errors.update(disagreement(out, out_ref, OUT_FIELDS))
