@@ -1,6 +1,8 @@
 """A read-only install: Numba's cache falls back to NUMBA_CACHE_DIR, or to compiling in
 memory with one warning, and never breaks import or calls. Each NUMBA_OPT level keeps a
-cache of its own, and kernels load from the cache without Numba's registries."""
+cache of its own, kernels load from the cache without Numba's registries, and a kernel's
+index is saved under a lock that no load or other save holds meanwhile."""
+import fcntl
 import json
 import os
 import shutil
@@ -12,6 +14,8 @@ import numpy as np
 import pytest
 
 import fastbptt
+from fastbptt._kernels import _jit
+from fastbptt._kernels.checks import all_finite
 
 SCRIPT = """
 import importlib.util, os, sys
@@ -133,3 +137,35 @@ def test_kernels_loaded_from_the_cache_need_no_registries_and_compiles_still_wor
     x = np.arange(12) % 5
     here = fastbptt.grad(x, x % 3, fastbptt.init_params(5, 4, 3, dtype=np.float32, seed=0))
     assert loaded["float32"] == here.W.tobytes().hex()
+
+
+def locks(path):
+    """Which locks another open file of ``path`` can take now: (exclusive, shared)."""
+    taken = []
+    for kind in (fcntl.LOCK_EX, fcntl.LOCK_SH):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            taken.append(True)
+        except BlockingIOError:
+            taken.append(False)
+        finally:
+            os.close(fd)
+    return tuple(taken)
+
+
+def test_a_save_holds_the_index_lock_alone_and_loads_share_it(monkeypatch):
+    """While Numba saves a kernel's overload (index, then data file), no other save or
+    load can lock its index; loads lock it shared, so that loads go on together."""
+    cache = all_finite._cache
+    assert isinstance(cache, _jit._KernelCache)
+    path = cache._cache_file._index_path + ".lock"
+    seen = {}
+    monkeypatch.setattr(cache, "_save_overload",
+                        lambda sig, data: seen.setdefault("save", locks(path)))
+    monkeypatch.setattr(cache, "_load_overload",
+                        lambda sig, context: seen.setdefault("load", locks(path)))
+    cache.save_overload(None, None)
+    cache.load_overload(None, all_finite.targetctx)
+    assert seen == {"save": (False, False), "load": (False, True)}
+    assert locks(path) == (True, True)

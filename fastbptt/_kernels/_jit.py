@@ -30,6 +30,7 @@ import copy
 import hashlib
 import os
 import warnings
+from contextlib import contextmanager
 
 from numba import njit
 from numba.core import bytecode, caching, config, errors, inline_closurecall, ir
@@ -43,6 +44,11 @@ from numba.core.typed_passes import NativeLowering
 
 from .. import CacheUnavailableWarning
 from ._linking import KernelLibrary
+
+try:
+    import fcntl
+except ImportError:             # not POSIX: no locks
+    fcntl = None
 
 CACHE = os.environ.get("FASTBPTT_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
 _FOLDER = os.path.dirname(os.path.abspath(__file__))
@@ -112,8 +118,43 @@ class _KernelCache(caching.FunctionCache):
 
     def load_overload(self, sig, target_context):
         nrt.rtsys.initialize(target_context)
-        with self._guard_against_spurious_io_errors():
+        with self._guard_against_spurious_io_errors(), self._locked(shared=True):
             return self._load_overload(sig, target_context)
+
+    def save_overload(self, sig, data):
+        """Numba's save, under a lock of this kernel's index that no other process's save
+        or load holds meanwhile.
+
+        Numba's save reads the kernel's index, adds the new signature under the first
+        free data file's name, writes the index and then the data file. Two processes
+        saving two signatures of one kernel at once (Dask's workers on one machine, say)
+        could both take the same name: one entry was lost, and the index could then
+        name, for one signature, the other's code, which a load runs without checking
+        its types. A load in between could also read an index
+        entry whose data file was still the one of an earlier index."""
+        with self._guard_against_spurious_io_errors():
+            if self._enabled:
+                self._impl.locator.ensure_cache_path()
+            with self._locked(shared=False):
+                self._save_overload(sig, data)
+
+    @contextmanager
+    def _locked(self, shared):
+        """An flock of ``<index>.lock`` beside the index, or none where it cannot be made
+        (a read-only cache, which no process saves to, or a system without flock)."""
+        try:
+            fd = None if fcntl is None else os.open(
+                self._cache_file._index_path + ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            fd = None
+        if fd is None:
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)                        # releases the lock
 
 
 _warned = []
