@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _compile_ahead as compile_ahead
 from ._accept import accept
 from ._inputs import HEAD_OPTIONS, known_options, prepare
 from ._kernels.blas import row_sums
@@ -128,11 +129,15 @@ def _solve(problem):
         zeros = np.zeros_like(problem.h0)
         return (0.0, grads, problem.h0.copy(), zeros, problem.c0.copy() if lstm else None,
                 zeros.copy() if lstm else None)
-    if split(problem):
-        with one_blas_thread():
+    outer = compile_ahead.begin(problem)    # a first call's compiles: two processes
+    try:
+        if split(problem):
+            with one_blas_thread():
+                total, layers, dV, dc, h_final, c_final, dh0, dc0 = _through(problem)
+        else:
             total, layers, dV, dc, h_final, c_final, dh0, dc0 = _through(problem)
-    else:
-        total, layers, dV, dc, h_final, c_final, dh0, dc0 = _through(problem)
+    finally:
+        compile_ahead.end(outer)
     grads = Model(layers, dV, dc if model.c is not None else None)
     dh0, dc0 = given_states(problem, dh0, dc0)
     return total, grads, h_final, dh0, c_final if lstm else None, dc0

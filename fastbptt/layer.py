@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _compile_ahead as compile_ahead
 from ._kernels.batch_steps import batch_from_steps
 from ._inputs import _array, _check_finite, _for_kernels, _in_dtype, prepare_layer
 from ._results import LayerGrads, LayerOutput, given_states
@@ -134,8 +135,9 @@ def _views(model):
 class _Back:
     """``back(dh, dh_final=None, dc_final=None)`` of one `vjp` call."""
 
-    def __init__(self, problem, fw, out, check_finite):
+    def __init__(self, problem, fw, out, check_finite, helper=None):
         self._problem, self._fw = problem, fw
+        self._helper = helper   # the compile helper the forward pass started, until a call
         # out's shapes, not out: the caller's h (B T H D numbers) is not kept alive
         self._shapes = (out.h.shape, out.h_final.shape,
                         None if out.c_final is None else out.c_final.shape)
@@ -170,6 +172,10 @@ class _Back:
             return self._empty(final, cells)
         width = H * p.directions
         g = dh.reshape((T, B, width) if p.time_major else (B, T, width))
+        # the forward pass's compile helper goes on, if it started; none starts here (a
+        # helper runs the forward pass again, from x, which the problem no longer holds)
+        helper, self._helper = self._helper, None
+        outer = compile_ahead.begin(p, "vjp", helper, start=False)
         try:
             fw.convert_states()
             if fw.plan.back_tm:
@@ -184,6 +190,7 @@ class _Back:
                                                need_dx=not p.ids)
         finally:
             fw.forget_views()
+            compile_ahead.end(outer)
         return self._grads(layers, dh0, dc0, dx)
 
     @property
@@ -279,8 +286,9 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
     reverse : bool
         One layer only: read each sequence from its last real step back to its first.
     truncate, stride : int or None, int
-        BPTT(k; s) (SPEC.md §3; None: nothing is cut): the gradient ``back`` injects at step t (dh[t], and
-        dh_final at the last real step) flows back through steps t ... lo(t) only.
+        BPTT(k; s) (SPEC.md §3; None: nothing is cut): the gradient ``back`` injects at
+        step t (dh[t], and dh_final at the last real step) flows back through steps
+        t ... lo(t) only.
         Windows (stride < truncate) need one layer; no truncation with reverse directions.
     check_finite : bool
         Raise ValueError for NaN or inf in params, x, h0 (and in ``back``'s arguments).
@@ -304,13 +312,23 @@ def vjp(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=No
     problem = prepare_layer(x, params, cell=cell, activation=activation, h0=h0, c0=c0,
                             lengths=lengths, reverse=reverse, truncate=truncate, stride=stride,
                             check_finite=check_finite, time_major=time_major)
+    return run_vjp(problem, check_finite)
+
+
+def run_vjp(problem, check_finite):
+    """`vjp` of a validated problem."""
     problem.model = _views(problem.model)
-    fw = run_forward(problem, store=fresh) if problem.B and problem.T else None
-    if fw is not None:
+    fw = helper = None
+    if problem.B and problem.T:
+        outer = compile_ahead.begin(problem, "vjp")   # a first call's compiles: two processes
+        try:
+            fw = run_forward(problem, store=fresh)
+        finally:
+            helper = compile_ahead.end(outer, keep=True)  # for back's compiles
         fw.forget_views()
     problem.x = None        # the caller's array, maybe: the forward pass copied what back reads
     out = _outputs(problem, fw)
-    return out, _Back(problem, fw, out, check_finite)
+    return out, _Back(problem, fw, out, check_finite, helper)
 
 
 def forward(x, params, *, cell=None, activation="tanh", h0=None, c0=None, lengths=None,

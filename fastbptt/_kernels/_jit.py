@@ -29,6 +29,7 @@ here recompiles whatever was cached, instead of loading stale code. The key also
 import copy
 import hashlib
 import os
+import threading
 import warnings
 from contextlib import contextmanager
 
@@ -37,17 +38,20 @@ from numba.core import bytecode, caching, config, errors, inline_closurecall, ir
 from numba.core.codegen import JITCPUCodegen
 from numba.core.compiler import Compiler
 from numba.core.compiler_machinery import register_pass
+from numba.core.dispatcher import OmittedArg
 from numba.core.lowering import Lower
+from numba.core.registry import CPUDispatcher
 from numba.core.runtime import nrt
 from numba.core.targetconfig import TargetConfig
 from numba.core.typed_passes import NativeLowering
+from numba.core.types import Omitted
 
 from .. import CacheUnavailableWarning
 from ._linking import KernelLibrary
 
 try:
     import fcntl
-except ImportError:             # not POSIX: no locks
+except ImportError:             # not POSIX: no locks, and no compile helper
     fcntl = None
 
 CACHE = os.environ.get("FASTBPTT_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
@@ -127,11 +131,12 @@ class _KernelCache(caching.FunctionCache):
 
         Numba's save reads the kernel's index, adds the new signature under the first
         free data file's name, writes the index and then the data file. Two processes
-        saving two signatures of one kernel at once (Dask's workers on one machine, say)
-        could both take the same name: one entry was lost, and the index could then
-        name, for one signature, the other's code, which a load runs without checking
-        its types. A load in between could also read an index
-        entry whose data file was still the one of an earlier index."""
+        saving two signatures of one kernel at once (a compile helper,
+        `fastbptt._compile_ahead`, or Dask's workers on one machine) could both take the
+        same name: one entry was lost, and the index could then name, for one signature,
+        the other's code, which a load runs without checking its types. A load in
+        between could also read an index entry whose data file was still the one of an
+        earlier index."""
         with self._guard_against_spurious_io_errors():
             if self._enabled:
                 self._impl.locator.ensure_cache_path()
@@ -396,6 +401,60 @@ class _Compiler(Compiler):
             errors._termcolor_inst = markup
 
 
+class _Ahead(threading.local):
+    """The calling thread's part in a compile helper (`fastbptt._compile_ahead`): ``job``,
+    the validated call that thread runs, while it runs one the helper can run; and that
+    module's state of the call's helper."""
+
+    job = None
+    helper = None
+    tried = False
+
+
+AHEAD = _Ahead()
+BEFORE_COMPILE = []     # `_compile_ahead.before`, once that module is imported
+
+
+class _Kernel(CPUDispatcher):
+    """Numba's dispatcher, which tells the compile helper's hook (`BEFORE_COMPILE`) of
+    each compile a call from Python is about to make, while the calling thread runs a
+    job (`AHEAD`). Calls of compiled code do not come here (Numba's C dispatcher runs
+    them); nor do the kernels a kernel calls, compiled while it compiles."""
+
+    def _compile_for_args(self, *args, **kws):
+        if AHEAD.job is not None and BEFORE_COMPILE:
+            BEFORE_COMPILE[0](self, args)
+        return super()._compile_for_args(*args, **kws)
+
+
+class _DryKernel(_Kernel):
+    """A kernel in a dry run (`dry`): a call records itself and runs nothing."""
+
+    def __call__(self, *args, **kws):
+        _DRY[0](self, args, kws)
+        return 0
+
+
+KERNELS = []            # every kernel `jit` built, with a disk cache
+_DRY = []               # the dry run's recorder, in the compile helper's process
+
+
+def dry(record):
+    """From now on, a call of a kernel from Python runs nothing and returns 0, after
+    ``record(kernel, args, kws)``: the compile helper's process, which runs a call to
+    learn what it compiles, and in which nothing else runs."""
+    _DRY[:] = [record]
+    for kernel in KERNELS:
+        kernel.__class__ = _DryKernel
+
+
+def call_types(kernel, args):
+    """The argument types of a call from Python that Numba compiles (its
+    `_compile_for_args`): ``args`` positional, defaults as Numba's ``OmittedArg``."""
+    return tuple(Omitted(a.value) if isinstance(a, OmittedArg) else kernel.typeof_pyval(a)
+                 for a in args)
+
+
 def jit(func=None, **overrides):
     """``numba.njit`` with the package's options; usable bare or with overrides,
     ``opt`` for a kernel's own LLVM optimisation level (default `OPT_LEVEL`), and
@@ -418,6 +477,9 @@ def jit(func=None, **overrides):
             raise
         if type(kernel._cache) is caching.FunctionCache:     # a disk cache, not Numba's null one
             kernel._cache.__class__ = _KernelCache
+            if type(kernel) is CPUDispatcher:
+                kernel.__class__ = _DryKernel if _DRY else _Kernel
+                KERNELS.append(kernel)
         return kernel
 
     return build if func is None else build(func)

@@ -11,7 +11,9 @@ on its last line of output; the parent adds the child's whole wall time.
   child whose NUMBA_CACHE_DIR is a new empty directory and FASTBPTT_CACHE unset: the
   compile time of each dtype's kernels. `cold_starts` gives each cell and dtype
   (`COLD_CASES`) a child and an empty cache of its own: what a first call of that cell
-  and dtype compiles, and nothing else.
+  and dtype compiles, and nothing else. The child's first call starts its compile helper
+  (`fastbptt._compile_ahead`) as any first call does, unless this process's environment
+  has FASTBPTT_COMPILE_HELPER=0.
 - memory: peak resident set of a child running one W5 call, and how much the call raised
   it over the RSS before it (the kernels already loaded by a W2 call). On Linux the peak is
   the child's VmHWM, restarted through /proc/self/clear_refs just before the call:
