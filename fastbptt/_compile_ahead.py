@@ -117,11 +117,14 @@ def end(outer, keep=False):
 
 def before(kernel, args):
     """`_jit._Kernel`'s hook: ``kernel`` is about to compile for ``args`` in a thread that
-    runs a job. Start the job's helper at its first compile, then take the compile from
-    it or wait for the helper's."""
+    runs a job. Start the job's helper at its first compile (not at a load from the
+    cache), then take the compile from it or wait for the helper's."""
     state = _jit.AHEAD
+    if state.helper is None and state.tried:
+        return
+    types = _jit.call_types(kernel, args)
     if state.helper is None:
-        if state.tried:
+        if _jit.cached(kernel, types):      # a load from the cache: no helper for that
             return
         state.tried = True
         if _off() or _jit.fcntl is None or _cpus() < 2 or not sys.executable:
@@ -129,7 +132,7 @@ def before(kernel, args):
         state.helper = _Helper.start(state.job)
         if state.helper is None:
             return
-    state.helper.before(key(kernel, _jit.call_types(kernel, args)))
+    state.helper.before(key(kernel, types))
 
 
 class _Helper:

@@ -64,8 +64,8 @@ def test_a_first_call_loads_the_helpers_kernels_and_gives_the_same_results(kind,
 
 def test_the_helper_starts_only_where_it_is_on_and_there_are_two_cpus(monkeypatch):
     """`before` in a job starts the job's helper at the first compile, unless
-    FASTBPTT_COMPILE_HELPER=0, a single CPU is available or the job may not start one;
-    and once per job."""
+    FASTBPTT_COMPILE_HELPER=0, a single CPU is available or the job may not start one,
+    and not for a kernel the cache holds (a warm start); once per job."""
     started = []
 
     def start(cls, job):
@@ -73,9 +73,10 @@ def test_the_helper_starts_only_where_it_is_on_and_there_are_two_cpus(monkeypatc
 
     monkeypatch.setattr(_compile_ahead._Helper, "start", classmethod(start))
 
-    def first_compiles(setting, cpus, start=True):
+    def first_compiles(setting, cpus, start=True, cached=False):
         monkeypatch.setenv("FASTBPTT_COMPILE_HELPER", setting)
         monkeypatch.setattr(_compile_ahead, "_cpus", lambda: cpus)
+        monkeypatch.setattr(_jit, "cached", lambda kernel, types: cached)
         started.clear()
         outer = _compile_ahead.begin("the problem", start=start)
         try:
@@ -89,4 +90,14 @@ def test_the_helper_starts_only_where_it_is_on_and_there_are_two_cpus(monkeypatc
     assert first_compiles("0", 2) == []
     assert first_compiles("1", 1) == []
     assert first_compiles("1", 2, start=False) == []        # a back: no x to run again
+    assert first_compiles("1", 2, cached=True) == []        # loads from the cache
     assert _jit.AHEAD.job is None
+
+
+def test_the_cache_is_known_to_hold_what_a_call_loads():
+    """`_jit.cached`, which keeps a warm start from starting a helper: true for a kernel
+    and types this process has used (compiled here and saved, or loaded), false for
+    types it was never called with."""
+    all_finite(np.zeros(3))
+    assert _jit.cached(all_finite, (_jit.call_types(all_finite, (np.zeros(3),))))
+    assert not _jit.cached(all_finite, (_jit.call_types(all_finite, (np.zeros((2, 2)),))))

@@ -448,6 +448,17 @@ def dry(record):
         kernel.__class__ = _DryKernel
 
 
+def cached(kernel, types):
+    """Whether the disk cache holds ``kernel`` for ``types`` (its index names them): the
+    call's compile will be a load."""
+    cache = kernel._cache
+    try:
+        return cache._index_key(types, kernel.targetctx.codegen()) in \
+            cache._cache_file._load_index()
+    except Exception:                       # noqa: BLE001 (unreadable: a compile, then)
+        return False
+
+
 def call_types(kernel, args):
     """The argument types of a call from Python that Numba compiles (its
     `_compile_for_args`): ``args`` positional, defaults as Numba's ``OmittedArg``."""
