@@ -106,20 +106,26 @@ import json, sys
 import numpy as np
 import fastbptt
 REGISTRIES = "numba.np.polynomial.polynomial_core"   # imported by Numba's registries alone
+COMPILING = ("numba.np.arraymath", "numba.core.inline_closurecall")   # and by a compile
 x = np.arange(12) % 5
-out = {}
+out = {"imported": [name for name in COMPILING if name in sys.modules]}
 for dtype in sys.argv[1:]:
     params = fastbptt.init_params(5, 4, 3, dtype=np.dtype(dtype), seed=0)
     out[dtype] = fastbptt.grad(x, x % 3, params).W.tobytes().hex()
     out[dtype + " registries"] = REGISTRIES in sys.modules
+    out[dtype + " compiling"] = [name for name in COMPILING if name in sys.modules]
+    out[dtype + " scipy.linalg"] = "scipy.linalg" in sys.modules
+    out[dtype + " blas"] = getattr(sys.modules.get(COMPILING[0]), "_HAVE_BLAS", None)
 print(json.dumps(out))
 """
 
 
 def test_kernels_loaded_from_the_cache_need_no_registries_and_compiles_still_work(tmp_path):
     """A process whose kernels all come from the cache does not import Numba's typing and
-    lowering registries; a kernel it compiles after such loads (float32 here, calling
-    callees of the same names) still gets them, and every result is the same."""
+    lowering registries, nor its array module and inliner (``import fastbptt`` never
+    does); a kernel it compiles after such loads (float32 here, calling callees of the
+    same names) still gets them, Numba finds SciPy's BLAS without ``scipy.linalg``
+    imported, and every result is the same."""
     def first_calls(*dtypes):
         environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
         environ.pop("FASTBPTT_CACHE", None)
@@ -129,10 +135,14 @@ def test_kernels_loaded_from_the_cache_need_no_registries_and_compiles_still_wor
         return json.loads(done.stdout.splitlines()[-1])
 
     compiled = first_calls("float64")
+    assert compiled["imported"] == []
     assert compiled["float64 registries"]
+    assert compiled["float64 compiling"] == ["numba.np.arraymath", "numba.core.inline_closurecall"]
+    assert compiled["float64 blas"] is True and not compiled["float64 scipy.linalg"]
     loaded = first_calls("float64", "float32")
-    assert not loaded["float64 registries"]
+    assert not loaded["float64 registries"] and loaded["float64 compiling"] == []
     assert loaded["float32 registries"]
+    assert loaded["float32 blas"] is True and not loaded["float32 scipy.linalg"]
     assert loaded["float64"] == compiled["float64"]
     x = np.arange(12) % 5
     here = fastbptt.grad(x, x % 3, fastbptt.init_params(5, 4, 3, dtype=np.float32, seed=0))

@@ -14,7 +14,7 @@ from numba.core import config, errors, event, inline_closurecall, ir
 from numba.core.compiler import Flags
 from numba.core.targetconfig import TargetConfig
 
-from fastbptt._kernels import _jit
+from fastbptt._kernels import _inlining, _jit
 from fastbptt._kernels._jit import OPT_LEVEL, PREFER_VECTOR_WIDTH, jit
 
 
@@ -135,9 +135,9 @@ def test_an_inlined_functions_ir_is_made_once_and_each_site_has_its_own_copy(mon
     assert (n, x) == (6, 5.0) and isinstance(n, int) and v.tolist() == [0.0, 2.0, 4.0]
     assert second(1.5, 1) == 1.0
     assert runs.count(twice.py_func) == 1, runs
-    assert any(key[0] is twice.py_func for key in _jit._UNTYPED)
-    assert inline_closurecall.InlineWorker is not _jit._KeptInlineWorker    # put back
-    assert inline_closurecall.copy is copy and _jit._BLOCK_COPIES.scopes is None
+    assert any(key[0] is twice.py_func for key in _inlining.UNTYPED)
+    assert inline_closurecall.InlineWorker is not _inlining.KeptInlineWorker    # put back
+    assert inline_closurecall.copy is copy and _inlining.BLOCK_COPIES.scopes is None
 
 
 def test_an_inlined_function_is_copied_once_for_its_site(monkeypatch):
@@ -162,10 +162,10 @@ def test_an_inlined_function_is_copied_once_for_its_site(monkeypatch):
         return real(x, memo)
     monkeypatch.setattr(copy, "deepcopy", counted)
     assert kernel(-1.5) == 1.5 and kernel(2.0) == 4.0
-    kept = next(ir_ for key, ir_ in _jit._UNTYPED.items() if key[0] is branchy.py_func)
+    kept = next(ir_ for key, ir_ in _inlining.UNTYPED.items() if key[0] is branchy.py_func)
     assert len(kept.blocks) > 1
     assert len(copied) == len(kept.blocks), (len(copied), len(kept.blocks))
-    assert _jit._BLOCK_COPIES.made is None
+    assert _inlining.BLOCK_COPIES.made is None
 
 
 def _flag_sets():

@@ -26,7 +26,6 @@ in this folder is keyed on the contents of all of its files (`_STAMP`): an edit 
 here recompiles whatever was cached, instead of loading stale code. The key also holds
 ``NUMBA_OPT``, whose lower levels give slower code, and each level keeps files of its own.
 """
-import copy
 import hashlib
 import os
 import threading
@@ -34,7 +33,7 @@ import warnings
 from contextlib import contextmanager
 
 from numba import njit
-from numba.core import bytecode, caching, config, errors, inline_closurecall, ir
+from numba.core import caching, config, errors
 from numba.core.codegen import JITCPUCodegen
 from numba.core.compiler import Compiler
 from numba.core.compiler_machinery import register_pass
@@ -211,88 +210,6 @@ class _WideNativeLowering(NativeLowering):
         return _WideLower
 
 
-# A function inlined into a kernel (``jit(inline="always")``) goes through Numba's untyped
-# passes, from its bytecode, at every call site it is inlined at (`InlineWorker`): the
-# vector helpers are inlined dozens of times, and those passes took about a seventh of a
-# first call's compile. A function's IR after them is the same each time, so it is kept
-# (`_UNTYPED`, for the process) and copied for each site, with an identity of its own, so
-# that each site's variables are named apart, as Numba's own names them.
-#
-# Numba's inliner then copies the callee's IR twice, one block at a time, and each block's
-# copy came with a copy of its own of the callee's scope, every variable of the callee in
-# it: about as long again as those passes. Within one inlining, `_BLOCK_COPIES` gives the
-# blocks of one copy one copy of their scope, as a copy of the whole IR at once would.
-# The second copy (`InlineWorker.inline_ir`'s "unmutated copy" of the callee, which it
-# returns and both of Numba's callers discard) is not made: at every inlining, typed ones
-# too, that was half of the copying.
-_UNTYPED = {}
-
-
-class _BlockCopies:
-    """The ``copy`` module, as `inline_closurecall` sees it while a kernel compiles. Within
-    an inlining (``made`` not None), the copy of a block that this inlining made is that
-    block itself; and within an inlining of `_KeptInlineWorker.inline_function`
-    (``scopes`` not None), a block's deep copy shares the copy of its scope with the other
-    blocks of the same scope. Numba's inliner deep-copies blocks and nothing else."""
-
-    def __init__(self):
-        self.scopes = None          # {id(a scope): its copy}, within an inlining
-        self.made = None            # {id(a block's copy): the copy}, within an inlining
-
-    def deepcopy(self, x, memo=None):
-        if memo is not None or not isinstance(x, ir.Block):
-            return copy.deepcopy(x, memo)
-        if self.made is not None and self.made.get(id(x)) is x:
-            return x
-        if self.scopes is not None:
-            scope = x.scope
-            if id(scope) not in self.scopes:
-                self.scopes[id(scope)] = copy.deepcopy(scope)
-            memo = {id(scope): self.scopes[id(scope)]}
-        made = copy.deepcopy(x, memo)
-        if self.made is not None:
-            self.made[id(made)] = made
-        return made
-
-    def __getattr__(self, name):
-        return getattr(copy, name)
-
-
-_BLOCK_COPIES = _BlockCopies()
-
-
-class _KeptInlineWorker(inline_closurecall.InlineWorker):
-    """Numba's InlineWorker, with the IR of a function it inlines kept."""
-
-    def inline_function(self, caller_ir, block, i, function, arg_typs=None):
-        if self.flags is None:                      # a worker that cannot run the passes
-            return super().inline_function(caller_ir, block, i, function, arg_typs)
-        self.flags.enable_ssa = False               # as Numba's run_untyped_passes sets it
-        key = (function, tuple(sorted((k, repr(v)) for k, v in self.flags.values().items())))
-        kept = _UNTYPED.get(key)
-        if kept is None:
-            kept = _UNTYPED[key] = self.run_untyped_passes(function)
-        callee_ir = kept.copy()                     # inline_ir copies its blocks in turn
-        callee_ir.func_id = bytecode.FunctionIdentity.from_function(function)
-        _BLOCK_COPIES.scopes = {}
-        try:
-            return self.inline_ir(caller_ir, block, i, callee_ir,
-                                  function.__code__.co_freevars, arg_typs=arg_typs)
-        finally:
-            _BLOCK_COPIES.scopes = None
-
-    def inline_ir(self, caller_ir, block, i, callee_ir, callee_freevars, arg_typs=None):
-        """Numba's, without the copy of the callee's IR as it was before the inlining that
-        Numba's returns first and its callers discard: None in its place."""
-        outer, _BLOCK_COPIES.made = _BLOCK_COPIES.made, {}
-        try:
-            result = super().inline_ir(caller_ir, block, i, callee_ir, callee_freevars,
-                                       arg_typs=arg_typs)
-        finally:
-            _BLOCK_COPIES.made = outer
-        return (None,) + tuple(result[1:])
-
-
 # Numba's overload templates keep their implementations by the flags of the compile that
 # asked for them (`TargetConfig`), whose hash and equality build a dict of every option,
 # each through its property, at each lookup: about 34,000 times, 5% of the Python calls
@@ -359,7 +276,7 @@ class _Compiler(Compiler):
     within one compile, and compiles only under its global lock; so the level set here
     holds for this kernel and whatever it compiles on the way (its callees, NumPy
     functions' implementations), and is restored before another compile can begin. So
-    do its inliner's worker (`_KeptInlineWorker`), copies (`_BLOCK_COPIES`), the
+    do its inliner's worker and copies (`_inlining`, imported at the first compile), the
     flags' hash and equality (`_flags_hash`, `_flags_eq`), the class of the code
     libraries it makes (`_linking.KernelLibrary`) and the markup of error messages
     (`_quiet_markup`).
@@ -367,6 +284,12 @@ class _Compiler(Compiler):
 
     level = OPT_LEVEL
     wide = False
+
+    def __init__(self, *args, **kws):
+        from .blas import before_compiles
+
+        before_compiles()           # before the refresh of Numba's registries, below
+        super().__init__(*args, **kws)
 
     def define_pipelines(self):
         """Numba's pipelines, lowering with `_WideNativeLowering` where ``wide``."""
@@ -379,13 +302,16 @@ class _Compiler(Compiler):
         return pipelines
 
     def _compile_core(self):
+        from . import _inlining
+        from numba.core import inline_closurecall
+
         saved, worker, copies = config.OPT, inline_closurecall.InlineWorker, \
             inline_closurecall.copy
         if saved > self.level and not getattr(saved, "is_opt_max", False):
             config.OPT = type(saved)(self.level)
         # all read where they are used, under the compiler lock that this compile holds
         inline_closurecall.InlineWorker, inline_closurecall.copy = \
-            _KeptInlineWorker, _BLOCK_COPIES
+            _inlining.KeptInlineWorker, _inlining.BLOCK_COPIES
         flags = TargetConfig.__hash__, TargetConfig.__eq__
         TargetConfig.__hash__, TargetConfig.__eq__ = _flags_hash, _flags_eq
         libraries, JITCPUCodegen._library_class = JITCPUCodegen._library_class, KernelLibrary

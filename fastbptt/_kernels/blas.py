@@ -27,12 +27,10 @@ def cython_blas():
     """SciPy's ``scipy.linalg.cython_blas`` module, without importing ``scipy.linalg``.
 
     That package's ``__init__`` costs 0.1 to 0.2 s (it imports numpy.ma, numpy.f2py and
-    more); the extension module alone takes milliseconds. It is loaded from its file,
-    which registers it in ``sys.modules``. Numba's array module, which its first compile
-    or cache load imports anyway, imports ``scipy.linalg.cython_blas`` to check for BLAS:
-    it is imported here while the entry stands, so it finds this module. The entry is
-    then removed, so that a later ``import scipy.linalg`` imports it the usual way and
-    binds it as that package's attribute (Cython hands out the same module object).
+    more); the extension module alone takes milliseconds. It is loaded from its file and
+    left out of ``sys.modules``, so that a later ``import scipy.linalg`` imports it the
+    usual way and binds it as that package's attribute (Cython hands out the same module
+    object).
     """
     module = sys.modules.get(_MODULE)
     if module is not None:
@@ -49,14 +47,35 @@ def cython_blas():
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
-            sys.modules.setdefault(_MODULE, module)
-            import numba.np.arraymath  # noqa: F401
         finally:
             sys.modules.pop(_MODULE, None)
     else:
         import scipy.linalg.cython_blas as module
     _loaded.append(module)
     return module
+
+
+def before_compiles():
+    """Import Numba's array module as `cython_blas` left it out: with that module in
+    ``sys.modules`` while it runs.
+
+    Numba's array module imports ``scipy.linalg.cython_blas`` to check for BLAS, and
+    Numba imports it before its first compile in a process (`_jit._Compiler` calls this
+    first). A process whose kernels all come from the disk cache never imports it (it
+    took 0.1 s of ``import fastbptt`` there); a compile finds SciPy's module here
+    instead of importing ``scipy.linalg``.
+    """
+    if "numba.np.arraymath" in sys.modules:
+        return
+    module = cython_blas()
+    placed = _MODULE not in sys.modules
+    if placed:
+        sys.modules[_MODULE] = module
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        if placed and sys.modules.get(_MODULE) is module:
+            del sys.modules[_MODULE]
 
 
 # PyCapsule_GetName and PyCapsule_GetPointer with their own prototypes (ctypes.pythonapi's
