@@ -558,7 +558,11 @@ class _Loop:
                 self.run()
                 self.r.chars, self.r.elapsed = self.chars, time.perf_counter() - self.start
                 if self.guard.received is None:
-                    self.r.losses = self.final_losses()
+                    r = self.r
+                    self.say(f"evaluating the final model on the last "
+                             f"{_train_tail(r).size:,} characters of the train split and "
+                             f"the {r.val_ids.size:,} held-out ones")
+                    r.losses = self.final_losses()
             except NothingToSave as error:
                 self.settle_sample()
                 raise failure(error, self.trainer, self.args.checkpoint, self.r.extra,
