@@ -115,6 +115,7 @@ for dtype in sys.argv[1:]:
     out[dtype + " registries"] = REGISTRIES in sys.modules
     out[dtype + " compiling"] = [name for name in COMPILING if name in sys.modules]
     out[dtype + " scipy.linalg"] = "scipy.linalg" in sys.modules
+    out[dtype + " arrayobj"] = "numba.np.arrayobj" in sys.modules
     out[dtype + " blas"] = getattr(sys.modules.get(COMPILING[0]), "_HAVE_BLAS", None)
 print(json.dumps(out))
 """
@@ -122,8 +123,9 @@ print(json.dumps(out))
 
 def test_kernels_loaded_from_the_cache_need_no_registries_and_compiles_still_work(tmp_path):
     """A process whose kernels all come from the cache does not import Numba's typing and
-    lowering registries, nor its array module and inliner (``import fastbptt`` never
-    does); a kernel it compiles after such loads (float32 here, calling callees of the
+    lowering registries, nor its array modules and inliner (``import fastbptt`` never
+    does; no kernel keeps a reference to ``numba.np.arrayobj``'s environments, which a
+    cache load would rebuild by importing it: `_kernels.alloc`); a kernel it compiles after such loads (float32 here, calling callees of the
     same names) still gets them, Numba finds SciPy's BLAS without ``scipy.linalg``
     imported, and every result is the same."""
     def first_calls(*dtypes):
@@ -141,6 +143,7 @@ def test_kernels_loaded_from_the_cache_need_no_registries_and_compiles_still_wor
     assert compiled["float64 blas"] is True and not compiled["float64 scipy.linalg"]
     loaded = first_calls("float64", "float32")
     assert not loaded["float64 registries"] and loaded["float64 compiling"] == []
+    assert not loaded["float64 arrayobj"]
     assert loaded["float32 registries"]
     assert loaded["float32 blas"] is True and not loaded["float32 scipy.linalg"]
     assert loaded["float64"] == compiled["float64"]

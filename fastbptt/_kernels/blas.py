@@ -17,6 +17,7 @@ import numpy as np
 from numba import types
 
 from ._jit import FASTMATH, jit
+from .alloc import vector
 from .simd import lanes, transpose_tile
 
 _MODULE = "scipy.linalg.cython_blas"
@@ -108,7 +109,7 @@ _N, _T = 78, 84    # ord("N"), ord("T")
 @jit
 def scratch(dtype_like):
     """The small buffers `gemm` passes by reference: 8 ints, 2 scalars, 2 flags."""
-    return np.empty(8, np.int32), np.empty(2, dtype_like.dtype), np.empty(2, np.uint8)
+    return vector(8, np.int32), vector(2, dtype_like.dtype), vector(2, np.uint8)
 
 
 @jit(inline="always")

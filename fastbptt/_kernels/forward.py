@@ -8,6 +8,7 @@ product with W is sequential: each step adds W h_{t-1} to its gates in one BLAS 
 h_t. Batches that `fastbptt._stack._narrow` picks run `narrow.forward_narrow` instead.
 """
 from ._jit import jit
+from .alloc import matrix_view
 from .blas import gemm, scratch
 from .cells import forward_fm
 
@@ -24,10 +25,10 @@ def forward(cell, W, act, lengths, Z, S, E, C, Hid, bh, buf):
     States (and c) at t >= lengths[b] are set to zero.
     """
     H, T, B = S.shape[0], S.shape[1] - 1, S.shape[2]
-    Zm = Z.reshape(Z.shape[0], (T + 1) * B)
-    Sm = S.reshape(H, (T + 1) * B)
-    Em = E.reshape(E.shape[0], (T + 1) * B)
-    Cm = C.reshape(C.shape[0], (T + 1) * B)
+    Zm = matrix_view(Z, Z.shape[0], (T + 1) * B)
+    Sm = matrix_view(S, H, (T + 1) * B)
+    Em = matrix_view(E, E.shape[0], (T + 1) * B)
+    Cm = matrix_view(C, C.shape[0], (T + 1) * B)
     blas = scratch(S)
     apart = Hid.shape[0] > 0
     for t in range(T):

@@ -12,6 +12,7 @@ when its rows are padded). Token ids are a gather of U's columns instead.
 import numpy as np
 
 from ._jit import jit
+from .alloc import matrix_view, vector
 from .blas import EXACT_SUMS, gemm, scratch, transpose_into
 from .copies import add_row, copy_rows
 
@@ -22,9 +23,9 @@ def _steps(a, time_major):
     t B + b: (K, T B) feature-major, (T B, K) time-major (first step block left out)."""
     if time_major:
         T1, B = a.shape[0], a.shape[1]
-        return a.reshape(T1 * B, a.shape[2])[B:]
+        return matrix_view(a, T1 * B, a.shape[2])[B:]
     K, T1, B = a.shape
-    return a.reshape(K, T1 * B)[:, B:]
+    return matrix_view(a, K, T1 * B)[:, B:]
 
 
 @jit(inline="always")
@@ -171,7 +172,7 @@ def _scatter_feature_major(delta, x_ids, dU, c0, c1):
             for tb in range(n):
                 out[x_ids[tb]] += row[tb]
     else:
-        acc = np.empty(L, np.float64)
+        acc = vector(L, np.float64)
         for i in range(c0, c1):
             row = delta[i]
             acc[:] = 0

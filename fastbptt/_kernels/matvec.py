@@ -29,6 +29,7 @@ The register blocks are LLVM vector code (`simd`).
 import numpy as np
 
 from ._jit import jit
+from .alloc import matrix_view
 from .blas import transpose_into
 from .copies import copy_row
 from .simd import ACCUMULATORS, PANEL_GROUP, VECTOR_BYTES, axpy_block, lanes, panel_block
@@ -164,7 +165,7 @@ def panel_columns(R, Rc, N):
     pw = PANEL_BYTES // R.itemsize
     for c0 in range(0, N, pw):
         real = max(0, min(pw, n - c0))
-        panel = Rc[c0 * K:(c0 + pw) * K].reshape(K, pw)
+        panel = matrix_view(Rc[c0 * K:(c0 + pw) * K], K, pw)
         for j in range(K):
             copy_row(panel[j, :real], R[j, c0:c0 + real])
             panel[j, real:] = 0
@@ -178,7 +179,7 @@ def panel_transpose(W, Rc, N):
     pw = PANEL_BYTES // W.itemsize
     for c0 in range(0, N, pw):
         real = max(0, min(pw, n - c0))
-        panel = Rc[c0 * K:(c0 + pw) * K].reshape(K, pw)
+        panel = matrix_view(Rc[c0 * K:(c0 + pw) * K], K, pw)
         transpose_into(W[c0:c0 + real, 0:K], panel[:, 0:real])   # (A, A): as elsewhere
         for j in range(K):
             panel[j, real:] = 0

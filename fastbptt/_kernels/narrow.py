@@ -16,6 +16,7 @@ lag-major path of `backward` on a feature-major copy.
 import numpy as np
 
 from ._jit import jit
+from .alloc import matrix_view, vector
 from .blas import gemm, scratch, transpose_into
 from .cells import backward_tm, forward_tm, to_h0
 from .copies import add_row, copy_row, copy_rows, longest, zero_steps_after
@@ -125,7 +126,8 @@ def finish_narrow(lengths, Z, S, E, C, h_final, c_final, b0, b1):
 def to_feature_major(seqs, hs):
     """hs (H, T+1, B) <- the states of seqs (T+1, B, N), for the lag-major backward."""
     H, T1, B = hs.shape
-    transpose_into(seqs.reshape(T1 * B, seqs.shape[2])[:, :H], hs.reshape(H, T1 * B)[:, 0:T1 * B])
+    transpose_into(matrix_view(seqs, T1 * B, seqs.shape[2])[:, :H],
+                   matrix_view(hs, H, T1 * B)[:, 0:T1 * B])
 
 
 @jit(inline="always")
@@ -180,7 +182,7 @@ def _weight_grads(S, dZ, dZh, dW, db, dbh, r0, r1):
     can run at once. db and dbh are empty for a layer without them (not computed)."""
     T, B, N = S.shape[0] - 1, S.shape[1], S.shape[2]
     H = dW.shape[1]
-    before = S.reshape((T + 1) * B, N)[:T * B, :H]
+    before = matrix_view(S, (T + 1) * B, N)[:T * B, :H]
     blas = scratch(dW)
     gemm(dZh[:, r0:r1], before, dW[r0:r1], 1.0, 0.0, True, False, blas)  # sum dZh_t h_{t-1}^T
     if db.size:
@@ -239,7 +241,9 @@ def _column_sums(d, out, r0, r1):
     30 times PyTorch's float32 error. Slices, not indices from r0: loops over slices
     vectorize, and took a tenth of the time.)"""
     o = out[r0:r1]
-    acc = np.zeros(r1 - r0, np.float64)
+    acc = vector(r1 - r0, np.float64)
+    for i in range(r1 - r0):
+        acc[i] = 0.0
     for tb in range(d.shape[0]):
         row = d[tb, r0:r1]
         for i in range(r1 - r0):
