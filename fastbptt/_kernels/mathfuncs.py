@@ -81,29 +81,33 @@ def _expm1_reduced(r):
     return r * p
 
 
-# 2^52: k + 2^52 (0 <= k < 2^52 an integer) holds k in the low bits of its mantissa;
-# 1.5 2^52 likewise for -2^51 <= k < 2^51, in two's complement
-_SHIFT = 4503599627370496.0
-_SHIFT_BITS = 0x4330000000000000
-_SHIFT_SIGNED = 6755399441055744.0
-_SHIFT_SIGNED_BITS = 0x4338000000000000
+# 1.5 2^52: k + 1.5 2^52 (-2^51 <= k < 2^51 an integer) holds k in the low bits of its
+# mantissa, in two's complement
+_SHIFT = 6755399441055744.0
+_SHIFT_BITS = 0x4338000000000000
 _LOG2E_64 = 1.4426950408889634
 _LN2_64 = 0.6931471805599453
 
 
 @jit(inline="always")
+def _pow2_reduced(z):
+    """(2^k, r) with z = k ln2 + r, k = round(z / ln2), for |z| < 700: k by adding and
+    taking away 1.5 2^52, which rounds to an integer (the kernels contract a * b + c into
+    one FMA, and reassociate nothing); 2^k from k's bits."""
+    k = (z * _LOG2E_64 + _SHIFT) - _SHIFT
+    r = z - k * _LN2_64
+    return _float64_with_bits((_bits_of_float64(k + _SHIFT) - _SHIFT_BITS + 1023) << 52), r
+
+
+@jit(inline="always")
 def tanh32(x):
     """tanh(x) in float64 arithmetic for a float32 x (expm1(2|x|) / (expm1(2|x|) + 2),
-    expm1 by range reduction: module docstring). k = round(2|x| / ln2) <= 26 by adding
-    and taking away 2^52, which rounds to an integer (the kernels contract a * b + c
-    into one FMA, and reassociate nothing); 2^k from k's bits. NaN stays NaN."""
+    expm1 by range reduction: module docstring): 2|x| = k ln2 + r, k <= 26, and
+    expm1(2|x|) = 2^k expm1(r) + 2^k - 1. NaN stays NaN."""
     y = abs(float(x))
     if y > TANH_SATURATION:
         y = TANH_SATURATION
-    t = y + y
-    k = (t * _LOG2E_64 + _SHIFT) - _SHIFT
-    r = t - k * _LN2_64
-    scale = _float64_with_bits((_bits_of_float64(k + _SHIFT) - _SHIFT_BITS + 1023) << 52)
+    scale, r = _pow2_reduced(y + y)
     e = scale * _expm1_reduced(r) + (scale - 1.0)
     return math.copysign(e / (e + 2.0), x)
 
@@ -111,15 +115,11 @@ def tanh32(x):
 @jit(inline="always")
 def exp_neg32(z):
     """exp(z) for z <= 0 (NaN stays NaN), float64 arithmetic for a float32 result: 2^k
-    (1 + expm1(r)), z = k ln2 + r, k = round(z / ln2) >= -159 by adding and taking away
-    1.5 2^52 (`tanh32`)."""
+    (1 + expm1(r)), z = k ln2 + r, k >= -159."""
     z = float(z)
     if z < EXP_UNDERFLOW:
         z = EXP_UNDERFLOW
-    k = (z * _LOG2E_64 + _SHIFT_SIGNED) - _SHIFT_SIGNED
-    r = z - k * _LN2_64
-    scale = _float64_with_bits(
-        (_bits_of_float64(k + _SHIFT_SIGNED) - _SHIFT_SIGNED_BITS + 1023) << 52)
+    scale, r = _pow2_reduced(z)
     return scale + scale * _expm1_reduced(r)
 
 
