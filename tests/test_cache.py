@@ -125,9 +125,10 @@ def test_kernels_loaded_from_the_cache_need_no_registries_and_compiles_still_wor
     """A process whose kernels all come from the cache does not import Numba's typing and
     lowering registries, nor its array modules and inliner (``import fastbptt`` never
     does; no kernel keeps a reference to ``numba.np.arrayobj``'s environments, which a
-    cache load would rebuild by importing it: `_kernels.alloc`); a kernel it compiles after such loads (float32 here, calling callees of the
-    same names) still gets them, Numba finds SciPy's BLAS without ``scipy.linalg``
-    imported, and every result is the same."""
+    cache load would rebuild by importing it: `_kernels.alloc`); a kernel it compiles
+    after such loads (float32 here, calling callees of the same names) still gets them,
+    Numba finds SciPy's BLAS without ``scipy.linalg`` imported, and every result is the
+    same."""
     def first_calls(*dtypes):
         environ = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
         environ.pop("FASTBPTT_CACHE", None)

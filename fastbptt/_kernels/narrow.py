@@ -242,8 +242,7 @@ def _column_sums(d, out, r0, r1):
     vectorize, and took a tenth of the time.)"""
     o = out[r0:r1]
     acc = vector(r1 - r0, np.float64)
-    for i in range(r1 - r0):
-        acc[i] = 0.0
+    acc[:] = 0
     for tb in range(d.shape[0]):
         row = d[tb, r0:r1]
         for i in range(r1 - r0):
